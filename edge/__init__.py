@@ -1,0 +1,33 @@
+"""da3-edge: Depth Anything 3 (small) on Arm edge devices.
+
+Importing ``edge`` does no work: no device probing, no LiteRT or torch import. The
+heavy parts load when used: ``edge.core.Core`` (LiteRT), ``edge.export`` (torch).
+Outputs are *relative* depth (larger = farther, arbitrary scale), never metres.
+"""
+
+from __future__ import annotations
+
+from edge.errors import (
+    EdgeError,
+    ExportEnvMissing,
+    ManifestError,
+    ModelCorrupt,
+    ModelNotFound,
+    ShapeError,
+    UsageError,
+    WeightsError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EdgeError",
+    "ExportEnvMissing",
+    "ManifestError",
+    "ModelCorrupt",
+    "ModelNotFound",
+    "ShapeError",
+    "UsageError",
+    "WeightsError",
+    "__version__",
+]

@@ -1,0 +1,98 @@
+"""``da3-edge``: a thin dispatcher to one module per subcommand.
+
+Errors: usage errors exit 2 (argparse); runtime errors exit 1 with one line on stderr
+that says what to do; ``DEBUG=1`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from edge import __version__
+from edge.errors import EdgeError, UsageError
+
+COMMANDS = {
+    "export": (
+        "edge.commands.export",
+        "convert DA3-small weights to LiteRT models (needs the export environment)",
+    ),
+    "models": (
+        "edge.commands.models",
+        "list the models in a model directory and check their hashes",
+    ),
+}
+
+USAGE = "usage: da3-edge [-h] [--version] COMMAND [ARGS...]"
+
+
+def _help() -> str:
+    lines = [
+        USAGE,
+        "",
+        "Depth Anything 3 (small) on Arm edge devices: relative depth + confidence.",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<10}{text}" for name, (_, text) in COMMANDS.items()]
+    lines += [
+        "",
+        "Run `da3-edge COMMAND --help` for a command's options.",
+        "DEBUG=1 shows tracebacks.",
+    ]
+    return "\n".join(lines)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_help())
+        return 0 if args else 2
+    if args[0] == "--version":
+        print(f"da3-edge {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(
+            f"{USAGE}\nda3-edge: error: unknown command {name!r} "
+            f"(choose from {', '.join(COMMANDS)})",
+            file=sys.stderr,
+        )
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except UsageError as exc:
+        if os.environ.get("DEBUG") == "1":
+            traceback.print_exc()
+        print(f"da3-edge: error: {exc}", file=sys.stderr)
+        return 2
+    except EdgeError as exc:
+        if os.environ.get("DEBUG") == "1":
+            traceback.print_exc()
+        print(f"da3-edge: error: {exc}", file=sys.stderr)
+        return 1
+    except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
+        return exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:
+        print("da3-edge: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.environ.get("DA3_EDGE_LITERT_LOG") != "1":
+        # LiteRT's static destructors log "DestroyAccelerator" lines at exit; the
+        # command's own output is complete by now.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+    sys.exit(code)

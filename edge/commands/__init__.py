@@ -1,0 +1,1 @@
+"""One module per ``da3-edge`` subcommand, each with ``main(args=None) -> int``."""

@@ -1,0 +1,137 @@
+"""``da3-edge export``: DA3-small weights -> LiteRT models + manifest.
+
+Needs the export environment (torch, litert-torch, depth-anything-3); everything
+torch-related is imported inside ``main`` so ``da3-edge --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from edge.errors import UsageError
+from edge.models import DEFAULT_SHAPES, PRECISIONS, parse_shape, resolve_models_dir
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge export",
+        description=(
+            "Convert DA3-small to LiteRT models (.tflite), one per input shape and "
+            "precision, verify each against the official PyTorch forward, and record "
+            "them in OUT/manifest.json. Needs the export environment "
+            "(scripts/setup-export-env.sh)."
+        ),
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument(
+        "--weights",
+        metavar="PATH",
+        help="official release folder (config.json + model.safetensors) or the "
+        ".safetensors file; default: download depth-anything/da3-small from the hub",
+    )
+    src.add_argument(
+        "--random-init",
+        metavar="SEED",
+        type=int,
+        help="seeded random weights instead of real ones (tests, benchmarks); "
+        "every artifact and result made from them is flagged",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="model directory to write (default: $DA3_EDGE_MODELS, else "
+        "~/.local/share/da3-edge/models)",
+    )
+    p.add_argument(
+        "--precision",
+        default="fp32,fp16,int8",
+        help="comma-separated subset of fp32,fp16,int8 (default: all three; "
+        "fp16 = fp16 weights, int8 = dynamic-range int8)",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="HxW",
+        help="input shape, sides multiples of 14; repeatable; 'default' stands for "
+        "378x504, 504x378, 280x504 and 504x280 (the default when --shape is not given)",
+    )
+    p.add_argument(
+        "--save-weights",
+        metavar="DIR",
+        help="also write the weights used, in the official release layout (for "
+        "--random-init: hand the same random weights to other tools)",
+    )
+    p.add_argument(
+        "--weights-only",
+        action="store_true",
+        help="with --save-weights: write the weights and stop, converting nothing",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip running each artifact against the official forward",
+    )
+    return p
+
+
+def parse_shapes(values: Sequence[str] | None) -> list[tuple[int, int]]:
+    shapes: list[tuple[int, int]] = []
+    for value in values or ["default"]:
+        for item in value.split(","):
+            item = item.strip()
+            new = list(DEFAULT_SHAPES) if item == "default" else [parse_shape(item)]
+            shapes += [s for s in new if s not in shapes]
+    return shapes
+
+
+def parse_precisions(value: str) -> list[str]:
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if item not in PRECISIONS:
+            raise ValueError(f"unknown precision {item!r} (choose from {', '.join(PRECISIONS)})")
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    p = parser()
+    ns = p.parse_args(args)
+    try:
+        shapes = parse_shapes(ns.shape)
+        precisions = parse_precisions(ns.precision)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if ns.weights_only and not ns.save_weights:
+        raise UsageError("--weights-only needs --save-weights DIR")
+    out = resolve_models_dir(ns.out)
+
+    from edge.export import require_export_env
+
+    require_export_env()
+    from edge.export import convert, weights
+
+    if ns.random_init is not None:
+        print(f"weights: random-init:{ns.random_init} (NOT a real model)", file=sys.stderr)
+        filled = weights.random_init(ns.random_init)
+    else:
+        file = Path(ns.weights) if ns.weights else weights.download_weights()
+        filled = weights.load_official(file)
+        print(f"weights: {filled.source} ({filled.provenance})", file=sys.stderr)
+    if ns.save_weights:
+        target = weights.save_official_layout(
+            filled.net, Path(ns.save_weights), random_seed=ns.random_init
+        )
+        print(f"saved weights: {target}", file=sys.stderr)
+        if ns.weights_only:
+            return 0
+    result = convert.export(filled, out, shapes, precisions, verify=not ns.no_verify)
+    print(
+        f"wrote {len(result.artifacts)} artifacts to {out} in {result.seconds:.0f} s"
+        + (" (random-init: not a real model)" if filled.random_init else "")
+    )
+    return 0

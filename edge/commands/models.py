@@ -1,0 +1,54 @@
+"""``da3-edge models``: what a model directory holds, and whether it is intact."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from edge.errors import EdgeError
+from edge.models import Manifest, resolve_models_dir
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge models",
+        description="List the models in a model directory; with --verify, check each "
+        "file's size and SHA-256 and load it with LiteRT.",
+    )
+    p.add_argument(
+        "--models",
+        metavar="DIR",
+        help="model directory (default: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models)",
+    )
+    p.add_argument("--verify", action="store_true", help="check hashes and load each model")
+    return p
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    directory = resolve_models_dir(ns.models)
+    manifest = Manifest.load(directory)
+    print(f"{directory} ({manifest.model})")
+    failures = 0
+    for artifact in manifest.cores():
+        flag = "  RANDOM-INIT (not a real model)" if artifact.random_init else ""
+        line = f"  {artifact.name:<16} {artifact.bytes / 1e6:7.1f} MB  {artifact.file}{flag}"
+        if ns.verify:
+            try:
+                from edge.core import Core
+
+                path = manifest.verify(artifact)
+                with Core(path, threads=1) as core:
+                    if core.shape != artifact.shape:
+                        raise EdgeError(
+                            f"{path}: takes {core.shape}, manifest says {artifact.shape}"
+                        )
+                line += "  ok"
+            except EdgeError as exc:
+                failures += 1
+                print(line + "  FAILED", flush=True)
+                print(f"da3-edge: error: {exc}", file=sys.stderr)
+                continue
+        print(line)
+    return 1 if failures else 0

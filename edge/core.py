@@ -1,0 +1,216 @@
+"""The LiteRT core: one DA3-small ``.tflite`` model run through XNNPACK.
+
+``Core`` takes a normalised (1, 3, h, w) float32 image and returns relative depth and
+confidence, each (h, w) float32. It owns one ``CompiledModel`` and its buffers, is a
+context manager, and raises typed errors: ``ModelNotFound`` for a missing file,
+``ModelCorrupt`` for a file LiteRT cannot load, ``ShapeError`` for a wrong input.
+
+``ai_edge_litert`` is imported when a Core is opened, not when this module is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from edge import platform
+from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
+
+log = logging.getLogger(__name__)
+ENV_LITERT_LOG = "DA3_EDGE_LITERT_LOG"
+
+
+@contextlib.contextmanager
+def _native_stderr(box: list[str]) -> Iterator[None]:
+    """Capture what LiteRT's C++ side writes to fd 2 while loading or unloading.
+
+    LiteRT prints ~20 INFO lines per model (accelerator registry, vendor plugins it
+    cannot find) and offers no switch for it. They are kept at DEBUG level in the
+    ``edge.core`` logger and quoted in load errors; ``DA3_EDGE_LITERT_LOG=1`` lets
+    them through untouched. Only model load and close are wrapped, never ``run``.
+    """
+    if os.environ.get(ENV_LITERT_LOG) == "1":
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            box.append(text)
+            for line in text.splitlines():
+                log.debug("litert: %s", line)
+
+
+def _native_error(text: str) -> str:
+    """The most telling line of LiteRT's own output, for an error message."""
+    lines = [ln.strip() for ln in text.splitlines() if "ERROR" in ln and "plugin" not in ln.lower()]
+    return lines[-1] if lines else ""
+
+
+class Core:
+    """A loaded LiteRT depth model with fixed input shape."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        threads: int | None = None,
+        fp16_arithmetic: bool | None = None,
+        weight_cache: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelNotFound(f"{self.path}: no such model file")
+        self.threads = threads if threads else platform.default_threads()
+        self.fp16_arithmetic = platform.fp16_arithmetic(fp16_arithmetic)
+        self.weight_cache = Path(weight_cache) if weight_cache else None
+        self._model: Any = None
+        self._first_run = True
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            import ai_edge_litert
+            from ai_edge_litert.compiled_model import CompiledModel
+            from ai_edge_litert.environment import Environment, EnvironmentOptions
+            from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+            from ai_edge_litert.options import CpuOptions, Options
+        except ImportError as exc:  # pragma: no cover - a broken install
+            raise EdgeError(
+                f"cannot import ai_edge_litert ({exc}); reinstall da3-edge's dependencies"
+            ) from exc
+        flags = platform.XNNPACK_FLAG_FORCE_FP16 if self.fp16_arithmetic else 0
+        cache = ""
+        if self.weight_cache is not None:
+            cache = str(self.weight_cache_file(flags))
+        options = Options(
+            hardware_accelerators=HardwareAccelerator.CPU,
+            cpu_options=CpuOptions(
+                num_threads=self.threads, xnnpack_flags=flags, xnnpack_weight_cache_path=cache
+            ),
+        )
+        native: list[str] = []
+        try:
+            with _native_stderr(native):
+                runtime = os.path.dirname(os.path.abspath(ai_edge_litert.__file__))
+                environment = Environment.create(options=EnvironmentOptions(runtime_path=runtime))
+                try:
+                    model = CompiledModel.from_file(
+                        str(self.path), options=options, environment=environment
+                    )
+                except BaseException:
+                    environment.close()
+                    raise
+        except Exception as exc:  # LiteRT raises RuntimeError/ValueError with C++ text
+            detail = _native_error("".join(native)) or _first_line(exc)
+            raise ModelCorrupt(f"{self.path}: LiteRT cannot load it ({detail})") from None
+        try:
+            signatures = model.get_signature_list()
+            self._signature = next(iter(signatures))
+            self._sig_index = model.get_signature_index(self._signature)
+            inputs = model.get_input_tensor_details(self._signature)
+            outputs = model.get_output_tensor_details(self._signature)
+        except Exception as exc:
+            raise ModelCorrupt(f"{self.path}: not a depth model ({_first_line(exc)})") from None
+        if len(inputs) != 1 or len(outputs) != 2:
+            raise ModelCorrupt(
+                f"{self.path}: expected 1 input and 2 outputs, "
+                f"found {len(inputs)} and {len(outputs)}"
+            )
+        (in_detail,) = inputs.values()
+        shape = tuple(int(v) for v in in_detail["shape"])
+        if len(shape) != 4 or shape[:2] != (1, 3):
+            raise ModelCorrupt(f"{self.path}: input shape {shape} is not (1, 3, H, W)")
+        self.input_shape: tuple[int, int, int, int] = (shape[0], shape[1], shape[2], shape[3])
+        self._model = model
+        self._inputs = model.create_input_buffers(self._sig_index)
+        self._outputs = model.create_output_buffers(self._sig_index)
+        self._out_sizes = [int(np.prod(d["shape"])) for d in outputs.values()]
+
+    def weight_cache_file(self, flags: int) -> Path:
+        """XNNPACK's packed-weight cache for this model file and these flags.
+
+        XNNPACK takes a file, not a directory; the name carries the model's name,
+        size and mtime and the delegate flags (fp16 arithmetic packs differently), so
+        a re-exported model or a policy change never reads a stale cache.
+        """
+        assert self.weight_cache is not None
+        self.weight_cache.mkdir(parents=True, exist_ok=True)
+        st = self.path.stat()
+        return (
+            self.weight_cache / f"{self.path.stem}.{st.st_size}-{st.st_mtime_ns}.f{flags}.xnnpack"
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The (height, width) this model takes."""
+        return self.input_shape[2], self.input_shape[3]
+
+    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
+        if self._model is None:
+            raise EdgeError("this Core is closed")
+        if image.shape != self.input_shape:
+            raise ShapeError(
+                f"input shape {tuple(image.shape)} does not match the model's {self.input_shape}"
+            )
+        if image.dtype != np.float32:
+            raise ShapeError(f"input dtype {image.dtype} is not float32")
+        if self._first_run:
+            # The first write/run sets up another LiteRT environment, chattily.
+            with _native_stderr([]):
+                self._invoke(image)
+            self._first_run = False
+        else:
+            self._invoke(image)
+        h, w = self.shape
+        depth = self._outputs[0].read(self._out_sizes[0], np.float32).reshape(h, w)
+        conf = self._outputs[1].read(self._out_sizes[1], np.float32).reshape(h, w)
+        return depth, conf
+
+    def _invoke(self, image: np.ndarray) -> None:
+        self._inputs[0].write(np.ascontiguousarray(image))
+        self._model.run_by_index(self._sig_index, self._inputs, self._outputs)
+
+    def close(self) -> None:
+        for buffer in [*getattr(self, "_inputs", []), *getattr(self, "_outputs", [])]:
+            buffer.destroy()
+        self._inputs, self._outputs = [], []
+        if self._model is not None:
+            environment = self._model.environment
+            with _native_stderr([]):
+                self._model.close()
+                environment.close()
+        self._model = None
+
+    def __enter__(self) -> Core:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

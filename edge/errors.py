@@ -1,0 +1,38 @@
+"""One root exception; each leaf also inherits the built-in it behaves like.
+
+Library code raises these; only the CLI turns them into one-line messages.
+"""
+
+from __future__ import annotations
+
+
+class EdgeError(Exception):
+    """Root of every error da3-edge raises on purpose."""
+
+
+class ModelNotFound(EdgeError, FileNotFoundError):
+    """No model directory, manifest, artifact or weights where one was expected."""
+
+
+class ModelCorrupt(EdgeError, ValueError):
+    """An artifact exists but is truncated, tampered with or unreadable."""
+
+
+class ManifestError(EdgeError, ValueError):
+    """A manifest.json that cannot be parsed or lacks required fields."""
+
+
+class ShapeError(EdgeError, ValueError):
+    """An input whose shape does not match the model it is fed to."""
+
+
+class WeightsError(EdgeError, ValueError):
+    """Weights that cannot be read or do not fit the DA3-small network."""
+
+
+class ExportEnvMissing(EdgeError, ImportError):
+    """The torch export environment is not installed."""
+
+
+class UsageError(EdgeError, ValueError):
+    """A bad command-line value that argparse cannot catch by itself (exit 2)."""

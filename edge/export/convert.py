@@ -1,0 +1,209 @@
+"""Convert the wrapped network to LiteRT, verify each artifact, update the manifest.
+
+Per input shape: ``torch.export`` + litert-torch conversion to an fp32 flatbuffer
+(~25 s and ~1.3 GB here), then fp16 and int8 derived from those bytes with the same
+ai-edge-quantizer recipes litert-torch applies when given a ``quant_config``
+(``full_fp16_recipe``: fp16 weights; ``full_dynamic_recipe``: dynamic-range int8),
+so one conversion serves all three precisions.
+
+Each artifact is then run through the LiteRT runtime and compared with the official
+network's own PyTorch forward on a fixed input; one that drifts past its tolerance
+is not written and the export fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edge.errors import EdgeError
+from edge.export.mono import MonoDepth
+from edge.export.weights import MODEL_NAME, Weights
+from edge.models import Artifact, Manifest, atomic_write_bytes, sha256_file
+from edge.parity import TOLERANCES, compare
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    artifacts: list[Artifact]
+    seconds: float
+
+
+def artifact_name(shape: tuple[int, int], precision: str) -> str:
+    return f"{MODEL_NAME}_{shape[0]}x{shape[1]}_{precision}.tflite"
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"torch": torch.__version__, "python": platform.python_version()}
+    for dist in ("litert-torch", "ai-edge-quantizer", "ai-edge-litert", "depth-anything-3"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def _quantize(fp32: bytes, precision: str) -> bytes:
+    from litert_torch.generative.quantize import quant_recipes
+    from litert_torch.quantize import translate_recipe
+
+    recipe = {
+        "fp16": quant_recipes.full_fp16_recipe,
+        "int8": quant_recipes.full_dynamic_recipe,
+    }[precision]()
+    ai_edge_recipe = translate_recipe.translate_to_ai_edge_recipe(recipe.generative_recipe)
+    # ai-edge-quantizer prints progress bars and size reports; ours says enough.
+    with (
+        open(os.devnull, "w") as sink,
+        contextlib.redirect_stdout(sink),
+        contextlib.redirect_stderr(sink),
+    ):
+        return bytes(translate_recipe.quantize_model(fp32, ai_edge_recipe))
+
+
+def _convert_fp32(module: torch.nn.Module, sample: torch.Tensor, workdir: Path) -> bytes:
+    import litert_torch
+
+    litert_torch.config.show_progress = False
+    edge_model = litert_torch.convert(module, (sample,))
+    tmp = workdir / ".convert.tflite"
+    edge_model.export(str(tmp))
+    try:
+        return tmp.read_bytes()
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def verification_input(shape: tuple[int, int], seed: int = 1234) -> np.ndarray:
+    """A smooth, structured, normalised image (1, 3, h, w) for export checks."""
+    h, w = shape
+    rng = np.random.default_rng(seed)
+    ys = np.linspace(-1, 1, h, dtype=np.float32)[:, None]
+    xs = np.linspace(-1, 1, w, dtype=np.float32)[None, :]
+    chans = []
+    for _ in range(3):
+        a, b, p = rng.uniform(1, 4, 3)
+        chans.append(np.sin(a * xs + b * ys * xs + p) + 0.3 * np.cos(5 * a * ys))
+    img = np.stack(chans)[None].astype(np.float32)
+    return (img + rng.normal(0, 0.05, img.shape).astype(np.float32)) * 1.2
+
+
+def run_litert(path: Path, image: np.ndarray, threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    from edge.core import Core
+
+    with Core(path, threads=threads, fp16_arithmetic=False) as core:
+        return core.run(image)
+
+
+def export(
+    weights: Weights,
+    out: Path,
+    shapes: Sequence[tuple[int, int]],
+    precisions: Sequence[str],
+    *,
+    verify: bool = True,
+    progress: Progress | None = None,
+) -> ExportResult:
+    """Convert ``weights`` for every shape and precision into ``out``."""
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest.load_or_new(out)
+    _check_same_weights(manifest, weights)
+    versions = _versions()
+    start = time.monotonic()
+    written: list[Artifact] = []
+    net = weights.net.eval()
+    total = len(shapes)
+    for n, shape in enumerate(shapes, 1):
+        h, w = shape
+        prefix = f"[{n}/{total}] {h}x{w}"
+        t0 = time.monotonic()
+        say(f"{prefix}: torch.export + LiteRT conversion (fp32; about half a minute)...")
+        module = MonoDepth(net, h, w).eval()
+        sample = torch.from_numpy(verification_input(shape))
+        with torch.no_grad():
+            fp32 = _convert_fp32(module, sample, out)
+            reference = None
+            if verify:
+                official = net(sample[:, None])
+                reference = (
+                    official.depth[0, 0].numpy().astype(np.float32),
+                    official.depth_conf[0, 0].numpy().astype(np.float32),
+                )
+        del module
+        say(f"{prefix}: converted in {time.monotonic() - t0:.1f} s")
+        for precision in precisions:
+            t1 = time.monotonic()
+            data = fp32 if precision == "fp32" else _quantize(fp32, precision)
+            name = artifact_name(shape, precision)
+            tmp = out / f".{name}.verify"
+            atomic_write_bytes(tmp, data)
+            check: dict[str, float] = {}
+            try:
+                if reference is not None:
+                    depth, conf = run_litert(tmp, sample.numpy())
+                    check = compare(reference[0], depth, precision)
+                    check["conf_pearson"] = compare(reference[1], conf, precision)["pearson"]
+                    if not check["ok"]:
+                        raise EdgeError(
+                            f"{name}: drifted from the official forward "
+                            f"(pearson {check['pearson']:.6f}, rel-L2 {check['rel_l2']:.2e}; "
+                            f"limits {TOLERANCES[precision]})"
+                        )
+                tmp.replace(out / name)
+            finally:
+                tmp.unlink(missing_ok=True)
+            artifact = Artifact(
+                file=name,
+                kind="core",
+                shape=shape,
+                precision=precision,
+                bytes=len(data),
+                sha256=sha256_file(out / name),
+                provenance={
+                    "model": MODEL_NAME,
+                    "weights": weights.provenance,
+                    "random_init": weights.random_init,
+                    "source": weights.source,
+                    "versions": versions,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "verify": {k: v for k, v in check.items() if k != "ok"},
+                },
+            )
+            manifest.upsert(artifact)
+            manifest.save()
+            written.append(artifact)
+            verdict = (
+                f"pearson {check['pearson']:.7f}, rel-L2 {check['rel_l2']:.2e}"
+                if check
+                else "not verified"
+            )
+            say(
+                f"{prefix}: {precision} {len(data) / 1e6:.1f} MB, {verdict} "
+                f"({time.monotonic() - t1:.1f} s)"
+            )
+        del fp32
+    return ExportResult(written, time.monotonic() - start)
+
+
+def _check_same_weights(manifest: Manifest, weights: Weights) -> None:
+    others = {a.weights for a in manifest.cores()} - {weights.provenance}
+    if others:
+        raise EdgeError(
+            f"{manifest.directory} already holds models from other weights "
+            f"({', '.join(sorted(others))}); export into another --out directory"
+        )

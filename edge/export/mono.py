@@ -1,0 +1,242 @@
+"""The monocular DA3 network, rewritten for a fixed input shape so it exports.
+
+The official forward cannot go through ``torch.export``: RoPE calls
+``int(positions.max())`` on a tensor, the camera token is written in place, and the
+ray head and camera decoder run although monocular depth discards them. ``MonoDepth``
+keeps every weight-bearing module of the official network and calls it the same way,
+but precomputes what depends only on the input shape (the bicubic position-embedding
+interpolation, the RoPE cos/sin tables, the head's UV embeddings) and drops the ray
+branch and the camera encoder/decoder. In PyTorch it reproduces the official
+``depth`` and ``depth_conf`` outputs bit for bit (``tests/test_export_parity.py``
+checks it against the reference package within fp32 rounding).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PATCH = 14
+
+
+def _rope_tables(rope: nn.Module, positions: Tensor, head_dim: int) -> tuple[Tensor, ...]:
+    """Gather the cos/sin rows the official RoPE would look up for ``positions``.
+
+    ``positions`` is (N, 2) integer (y, x). Returns cos_y, sin_y, cos_x, sin_x, each
+    shaped (1, 1, N, head_dim // 2) to broadcast over batch and heads.
+    """
+    feature_dim = head_dim // 2
+    max_position = int(positions.max()) + 1
+    cos_comp, sin_comp = rope._compute_frequency_components(
+        feature_dim, max_position, positions.device, torch.float32
+    )
+    tables = []
+    for axis in (0, 1):
+        idx = positions[:, axis]
+        tables.append(F.embedding(idx, cos_comp)[None, None])
+        tables.append(F.embedding(idx, sin_comp)[None, None])
+    return tuple(tables)
+
+
+def _rotate(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _apply_rope(x: Tensor, cy: Tensor, sy: Tensor, cx: Tensor, sx: Tensor) -> Tensor:
+    """The official 2D RoPE with its tables looked up in advance (same op order)."""
+    vertical, horizontal = x.chunk(2, dim=-1)
+    vertical = (vertical * cy) + (_rotate(vertical) * sy)
+    horizontal = (horizontal * cx) + (_rotate(horizontal) * sx)
+    return torch.cat((vertical, horizontal), dim=-1)
+
+
+def _separable_uv_embedding(
+    channels: int, ph: int, pw: int, height: int, width: int
+) -> tuple[Tensor, Tensor]:
+    """The head's UV sin/cos embedding as a column part and a row part.
+
+    ``DualDPT._add_pos_embed`` adds an (C, h, w) embedding whose first half of channels
+    depends only on the column and the second half only on the row. At full resolution
+    that is a 48 MB constant. Stored as a (1, C/2, 1, w) column part added to the first
+    half of the channels and a (1, C/2, h, 1) row part added to the second half, it is a
+    few kilobytes and adds the same numbers. (Zero-padded full-channel parts get folded
+    back into the full constant by the converter; slicing the channels keeps it small.)
+    """
+    from depth_anything_3.model.utils.head_utils import create_uv_grid, position_grid_to_embed
+
+    uv = create_uv_grid(pw, ph, aspect_ratio=width / height, dtype=torch.float32)
+    pe = (position_grid_to_embed(uv, channels) * 0.1).permute(2, 0, 1)  # C, ph, pw
+    half = channels // 2
+    cols = pe[None, :half, :1, :].clone()
+    rows = pe[None, half:, :, :1].clone()
+    if not torch.equal(pe[:half], pe[:half, :1, :].expand(-1, ph, -1)) or not torch.equal(
+        pe[half:], pe[half:, :, :1].expand(-1, -1, pw)
+    ):
+        raise AssertionError("head UV embedding is not separable; the wrapper needs updating")
+    return cols, rows
+
+
+class MonoDepth(nn.Module):
+    """Depth and confidence of one image at a fixed (height, width).
+
+    Input: (1, 3, height, width) float32, ImageNet-normalised RGB.
+    Output: depth (1, height, width) and confidence (1, height, width), float32.
+    """
+
+    def __init__(self, net: nn.Module, height: int, width: int, n_blocks: int | None = None):
+        super().__init__()
+        if height % PATCH or width % PATCH:
+            raise ValueError(f"input size {height}x{width} is not a multiple of {PATCH}")
+        self.height, self.width = height, width
+        vit = net.backbone.pretrained
+        self.vit = vit
+        self.head = net.head
+        if (self.head.activation, self.head.conf_activation) != ("exp", "expp1"):
+            raise ValueError("MonoDepth expects the DualDPT exp / expp1 activations of DA3")
+        self.out_layers = list(net.backbone.out_layers)
+        self.cat_token = bool(vit.cat_token)
+        self.alt_start = int(vit.alt_start)
+        self.rope_start = int(vit.rope_start)
+        self.n_run = max(self.out_layers) + 1 if n_blocks is None else n_blocks
+        ph, pw = height // PATCH, width // PATCH
+        self.ph, self.pw = ph, pw
+        n_tokens = 1 + ph * pw
+        dim = vit.embed_dim
+        head_dim = dim // vit.num_heads
+
+        with torch.no_grad():
+            # Position embedding: the official bicubic interpolation, done once.
+            # prepare_tokens_with_masks unpacks (B, S, C, H, W) as "w, h", so the call
+            # below passes (height, width) in the same order it does.
+            dummy = torch.zeros(1, n_tokens, dim)
+            pos_embed = vit.interpolate_pos_encoding(dummy, height, width)
+            self.register_buffer("pos_embed", pos_embed.detach().clone(), persistent=False)
+
+            # RoPE positions as _prepare_rope builds them for B = S = 1: patches at
+            # (y + 1, x + 1) for local blocks, all at (1, 1) for global ones; the
+            # class/camera token at (0, 0) in both.
+            grid = torch.cartesian_prod(torch.arange(ph), torch.arange(pw)) + 1
+            special = torch.zeros(1, 2, dtype=grid.dtype)
+            local_pos = torch.cat([special, grid])
+            global_pos = torch.cat([special, torch.ones_like(grid)])
+            rope = vit.rope
+            if rope is not None:
+                for name, pos in (("local", local_pos), ("global", global_pos)):
+                    tables = _rope_tables(rope, pos, head_dim)
+                    for tname, t in zip(("cy", "sy", "cx", "sx"), tables, strict=True):
+                        self.register_buffer(f"rope_{name}_{tname}", t.clone(), persistent=False)
+
+            # Head UV embeddings, one pair per stage resolution and one at full size.
+            head = self.head
+            for stage, project in enumerate(head.projects):
+                cols, rows = _separable_uv_embedding(project.out_channels, ph, pw, height, width)
+                self.register_buffer(f"pe{stage}_cols", cols, persistent=False)
+                self.register_buffer(f"pe{stage}_rows", rows, persistent=False)
+            feat = head.scratch.output_conv1.out_channels
+            h_out, w_out = ph * PATCH, pw * PATCH
+            cols, rows = _separable_uv_embedding(feat, h_out, w_out, height, width)
+            self.register_buffer("pe_out_cols", cols, persistent=False)
+            self.register_buffer("pe_out_rows", rows, persistent=False)
+
+    # -- backbone ---------------------------------------------------------------
+    def _attention(self, attn: nn.Module, x: Tensor, rope: tuple[Tensor, ...] | None) -> Tensor:
+        B, N, C = x.shape
+        qkv = (
+            attn.qkv(x).reshape(B, N, 3, attn.num_heads, C // attn.num_heads).permute(2, 0, 3, 1, 4)
+        )
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k = attn.q_norm(q), attn.k_norm(k)
+        if rope is not None:
+            q = _apply_rope(q, *rope)
+            k = _apply_rope(k, *rope)
+        x = F.scaled_dot_product_attention(q, k, v)
+        x = x.transpose(1, 2).reshape(B, N, C)
+        return attn.proj(x)
+
+    def _block(self, blk: nn.Module, x: Tensor, rope: tuple[Tensor, ...] | None) -> Tensor:
+        if blk.attn.rope is None:
+            rope = None
+        x = x + blk.ls1(self._attention(blk.attn, blk.norm1(x), rope))
+        return x + blk.ls2(blk.mlp(blk.norm2(x)))
+
+    def _rope(self, kind: str) -> tuple[Tensor, ...] | None:
+        if self.vit.rope is None:
+            return None
+        return tuple(getattr(self, f"rope_{kind}_{t}") for t in ("cy", "sy", "cx", "sx"))
+
+    def backbone(self, image: Tensor) -> list[Tensor]:
+        vit = self.vit
+        x = vit.patch_embed(image)
+        cls = vit.cls_token.expand(1, -1, -1)
+        x = torch.cat((cls, x), dim=1)
+        x = x + self.pos_embed
+        outputs = []
+        local_x = x
+        for i in range(self.n_run):
+            blk = vit.blocks[i]
+            if self.alt_start != -1 and i == self.alt_start:
+                # Official code writes x[:, :, 0] = camera_token[:, :1] (the reference
+                # view token; one view here) in place; concatenation exports cleanly.
+                x = torch.cat((vit.camera_token[:, :1], x[:, 1:]), dim=1)
+            is_global = self.alt_start != -1 and i >= self.alt_start and i % 2 == 1
+            use_rope = i >= self.rope_start
+            if is_global:
+                x = self._block(blk, x, self._rope("global") if use_rope else None)
+            else:
+                x = self._block(blk, x, self._rope("local") if use_rope else None)
+                local_x = x
+            if i in self.out_layers:
+                outputs.append(torch.cat((local_x, x), dim=-1) if self.cat_token else x)
+        dim = vit.embed_dim
+        feats = []
+        for out in outputs:
+            if out.shape[-1] == dim:
+                out = vit.norm(out)
+            else:
+                out = torch.cat((out[..., :dim], vit.norm(out[..., dim:])), dim=-1)
+            feats.append(out[:, 1:])
+        return feats
+
+    # -- head -------------------------------------------------------------------
+    def _pe(self, x: Tensor, name: str) -> Tensor:
+        cols, rows = getattr(self, f"{name}_cols"), getattr(self, f"{name}_rows")
+        half = cols.shape[1]
+        return torch.cat((x[:, :half] + cols, x[:, half:] + rows), dim=1)
+
+    def head_forward(self, feats: list[Tensor]) -> tuple[Tensor, Tensor]:
+        head = self.head
+        B = 1
+        resized = []
+        for stage, take in enumerate(head.intermediate_layer_idx):
+            x = head.norm(feats[take])
+            x = x.permute(0, 2, 1).reshape(B, x.shape[-1], self.ph, self.pw)
+            x = head.projects[stage](x)
+            if head.pos_embed:
+                x = self._pe(x, f"pe{stage}")
+            resized.append(head.resize_layers[stage](x))
+        s = head.scratch
+        l1, l2, l3, l4 = (
+            s.layer1_rn(resized[0]),
+            s.layer2_rn(resized[1]),
+            s.layer3_rn(resized[2]),
+            s.layer4_rn(resized[3]),
+        )
+        out = s.refinenet4(l4, size=l3.shape[2:])
+        out = s.refinenet3(out, l3, size=l2.shape[2:])
+        out = s.refinenet2(out, l2, size=l1.shape[2:])
+        out = s.refinenet1(out, l1)
+        out = s.output_conv1(out)
+        out = F.interpolate(
+            out, (self.ph * PATCH, self.pw * PATCH), mode="bilinear", align_corners=True
+        )
+        if head.pos_embed:
+            out = self._pe(out, "pe_out")
+        logits = s.output_conv2(out)
+        depth = torch.exp(logits[:, 0])
+        conf = torch.exp(logits[:, 1]) + 1
+        return depth, conf
+
+    def forward(self, image: Tensor) -> tuple[Tensor, Tensor]:
+        return self.head_forward(self.backbone(image))

@@ -1,0 +1,253 @@
+"""Model directories: where they are, what ``manifest.json`` says, and checking it.
+
+A model directory holds LiteRT artifacts (one per input shape and precision) and a
+``manifest.json`` listing, for each, its file, shape, precision, size, SHA-256 and
+provenance: the SHA-256 of the weights it was converted from, or ``random-init:SEED``
+for the seeded random weights used in tests and benchmarks. Anything made from
+random weights says so here and in every result produced from it.
+
+Lookup order for the directory: an explicit argument, then ``$DA3_EDGE_MODELS``, then
+``$XDG_DATA_HOME/da3-edge/models`` (``~/.local/share/da3-edge/models``).
+
+Size and SHA-256 are checked every time an artifact is opened (~0.1 s per 50 MB
+here); a truncated or modified file is refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge.errors import ManifestError, ModelCorrupt, ModelNotFound
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+ENV_MODELS = "DA3_EDGE_MODELS"
+PRECISIONS = ("fp32", "fp16", "int8")
+PATCH = 14
+LONGEST_SIDE = 504
+DEFAULT_SHAPES = ((378, 504), (504, 378), (280, 504), (504, 280))
+
+
+def default_models_dir() -> Path:
+    """The per-user model directory under the XDG data home."""
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(data_home) / "da3-edge" / "models"
+
+
+def resolve_models_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Explicit argument, then ``$DA3_EDGE_MODELS``, then the XDG default."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(ENV_MODELS)
+    if env:
+        return Path(env)
+    return default_models_dir()
+
+
+def da3_shape(height: int, width: int, longest: int = LONGEST_SIDE) -> tuple[int, int]:
+    """DA3's processing size for an image: longest side to ``longest``, then each
+    side rounded to the nearest multiple of 14 (1200x1600 -> 378x504,
+    720x1280 -> 280x504)."""
+    if height <= 0 or width <= 0:
+        raise ValueError(f"image size must be positive, got {height}x{width}")
+    scale = longest / max(height, width)
+    h = max(PATCH, round(height * scale / PATCH) * PATCH)
+    w = max(PATCH, round(width * scale / PATCH) * PATCH)
+    return h, w
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """``"378x504"`` -> (378, 504); both sides positive multiples of 14."""
+    try:
+        h_text, w_text = text.lower().split("x")
+        h, w = int(h_text), int(w_text)
+    except ValueError:
+        raise ValueError(f"shape {text!r} is not HxW, e.g. 378x504") from None
+    if h <= 0 or w <= 0 or h % PATCH or w % PATCH:
+        raise ValueError(f"shape {text!r}: both sides must be positive multiples of {PATCH}")
+    return h, w
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class Artifact:
+    """One file of a model directory, as the manifest describes it."""
+
+    file: str
+    kind: str  # "core" for the LiteRT depth model
+    shape: tuple[int, int]
+    precision: str
+    bytes: int
+    sha256: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def random_init(self) -> bool:
+        return bool(self.provenance.get("random_init"))
+
+    @property
+    def weights(self) -> str:
+        return str(self.provenance.get("weights", "unknown"))
+
+    @property
+    def name(self) -> str:
+        return f"{self.shape[0]}x{self.shape[1]} {self.precision}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["shape"] = list(self.shape)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> Artifact:
+        try:
+            shape = tuple(int(v) for v in data["shape"])
+            if len(shape) != 2:
+                raise ValueError("shape must be [height, width]")
+            return cls(
+                file=str(data["file"]),
+                kind=str(data.get("kind", "core")),
+                shape=(shape[0], shape[1]),
+                precision=str(data["precision"]),
+                bytes=int(data["bytes"]),
+                sha256=str(data["sha256"]),
+                provenance=dict(data.get("provenance", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"{where}: bad artifact entry ({exc!r})") from None
+
+
+@dataclass
+class Manifest:
+    """The ``manifest.json`` of one model directory."""
+
+    directory: Path
+    model: str = "da3-small"
+    artifacts: list[Artifact] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / MANIFEST
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Manifest:
+        directory = Path(directory)
+        path = directory / MANIFEST
+        if not path.is_file():
+            raise ModelNotFound(
+                f"no model in {directory} (no {MANIFEST}); export one with "
+                "`da3-edge export --out DIR` or point --models / $DA3_EDGE_MODELS at one"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ManifestError(f"{path}: unreadable manifest ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ManifestError(f"{path}: not a da3-edge manifest of format {FORMAT}")
+        entries = data.get("artifacts")
+        if not isinstance(entries, list):
+            raise ManifestError(f"{path}: 'artifacts' must be a list")
+        artifacts = [Artifact.from_json(e, str(path)) for e in entries]
+        return cls(directory, str(data.get("model", "da3-small")), artifacts)
+
+    @classmethod
+    def load_or_new(cls, directory: str | os.PathLike[str]) -> Manifest:
+        directory = Path(directory)
+        if (directory / MANIFEST).exists():
+            return cls.load(directory)
+        return cls(directory)
+
+    def save(self) -> None:
+        data = {
+            "format": FORMAT,
+            "model": self.model,
+            "artifacts": [a.to_json() for a in sorted(self.artifacts, key=_order)],
+        }
+        atomic_write_bytes(self.path, (json.dumps(data, indent=2) + "\n").encode())
+
+    def upsert(self, artifact: Artifact) -> None:
+        self.artifacts = [a for a in self.artifacts if a.file != artifact.file]
+        self.artifacts.append(artifact)
+
+    def find(self, shape: tuple[int, int], precision: str) -> Artifact:
+        for artifact in self.artifacts:
+            if (
+                artifact.kind == "core"
+                and artifact.shape == shape
+                and artifact.precision == precision
+            ):
+                return artifact
+        have = ", ".join(a.name for a in self.cores()) or "none"
+        raise ModelNotFound(
+            f"{self.directory}: no {precision} model for {shape[0]}x{shape[1]} (have: {have})"
+        )
+
+    def cores(self) -> list[Artifact]:
+        return sorted((a for a in self.artifacts if a.kind == "core"), key=_order)
+
+    def artifact_path(self, artifact: Artifact) -> Path:
+        return self.directory / artifact.file
+
+    def verify(self, artifact: Artifact) -> Path:
+        """Check size and SHA-256 of an artifact; return its path or raise."""
+        path = self.artifact_path(artifact)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise ModelNotFound(f"{path}: listed in {MANIFEST} but missing") from None
+        if size != artifact.bytes:
+            raise ModelCorrupt(
+                f"{path}: {size} bytes, manifest says {artifact.bytes} (truncated or "
+                "replaced; export it again)"
+            )
+        digest = sha256_file(path)
+        if digest != artifact.sha256:
+            raise ModelCorrupt(
+                f"{path}: SHA-256 {digest[:12]}... does not match the manifest "
+                f"({artifact.sha256[:12]}...); the file was modified, export it again"
+            )
+        return path
+
+
+def _order(a: Artifact) -> tuple[str, int, int, int]:
+    rank = PRECISIONS.index(a.precision) if a.precision in PRECISIONS else len(PRECISIONS)
+    return (a.kind, a.shape[0], a.shape[1], rank)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one,
+    never a partial one: temp file in the same directory, fsync, rename, fsync dir."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,143 @@
+"""What the CPU can do, and the fp16 policy that follows from it.
+
+XNNPACK runs fp16 *arithmetic* only when asked (its FORCE_FP16 flag) and only makes
+sense on CPUs with native FP16 vector arithmetic: Armv8.2-A FEAT_FP16 (the Pi 5's
+Cortex-A76, every Apple Silicon Mac). Elsewhere the flag still works but is
+emulated; on this kit's x86_64 test machine it made DA3 1.8x slower. So the policy
+is: fp16 arithmetic on when the CPU has FP16, off otherwise, and overridable.
+
+Nothing here runs at import time; ``cpu_features()`` reads /proc/cpuinfo (Linux) or
+``sysctl`` (macOS) when called, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform as _platform
+import subprocess
+from dataclasses import dataclass
+
+# XNNPACK delegate flag (tensorflow/lite/delegates/xnnpack/xnnpack_delegate.h):
+# TFLITE_XNNPACK_DELEGATE_FLAG_FORCE_FP16 = 0x4.
+XNNPACK_FLAG_FORCE_FP16 = 0x4
+ENV_FP16 = "DA3_EDGE_FP16_ARITHMETIC"
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    machine: str
+    model: str
+    fp16: bool  # native FP16 vector arithmetic (Arm FEAT_FP16: asimdhp)
+    dotprod: bool  # Arm FEAT_DotProd (asimddp)
+    i8mm: bool  # Arm FEAT_I8MM
+    sme: bool  # Arm SME
+    cores: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "machine": self.machine,
+            "model": self.model,
+            "fp16": self.fp16,
+            "dotprod": self.dotprod,
+            "i8mm": self.i8mm,
+            "sme": self.sme,
+            "cores": self.cores,
+        }
+
+
+def parse_cpuinfo(text: str, machine: str) -> CpuFeatures:
+    """Features from a Linux /proc/cpuinfo text (first processor's flags)."""
+    flags: set[str] = set()
+    model = ""
+    part = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        value = value.strip()
+        if key in ("features", "flags") and not flags:
+            flags = set(value.split())
+        elif key == "model name" and not model:
+            model = value
+        elif key == "cpu part" and not part:
+            part = value
+    if not model and part:
+        model = _ARM_PARTS.get(part.lower(), f"Arm part {part}")
+    arm = machine in ("aarch64", "arm64")
+    return CpuFeatures(
+        machine=machine,
+        model=model or machine,
+        fp16=arm and "asimdhp" in flags,
+        dotprod=arm and "asimddp" in flags,
+        i8mm=arm and "i8mm" in flags,
+        sme=arm and "sme" in flags,
+        cores=os.cpu_count() or 1,
+    )
+
+
+_ARM_PARTS = {
+    "0xd03": "Cortex-A53",
+    "0xd08": "Cortex-A72",
+    "0xd0b": "Cortex-A76",
+    "0xd0c": "Neoverse-N1",
+    "0xd40": "Neoverse-V1",
+    "0xd49": "Neoverse-N2",
+}
+
+
+def _sysctl(name: str) -> str:
+    try:
+        out = subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> CpuFeatures:
+    machine = _platform.machine().lower()
+    if _platform.system() == "Darwin":
+
+        def has(name: str) -> bool:
+            return _sysctl(f"hw.optional.arm.{name}") == "1"
+
+        arm = machine == "arm64"
+        return CpuFeatures(
+            machine=machine,
+            model=_sysctl("machdep.cpu.brand_string") or machine,
+            fp16=arm and has("FEAT_FP16"),
+            dotprod=arm and has("FEAT_DotProd"),
+            i8mm=arm and has("FEAT_I8MM"),
+            sme=arm and has("FEAT_SME"),
+            cores=os.cpu_count() or 1,
+        )
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        text = ""
+    return parse_cpuinfo(text, machine)
+
+
+def fp16_arithmetic(requested: bool | None = None, features: CpuFeatures | None = None) -> bool:
+    """Whether to ask XNNPACK for fp16 arithmetic.
+
+    ``requested`` (a flag) wins, then ``$DA3_EDGE_FP16_ARITHMETIC`` (1/0), then the
+    CPU: on only with native FP16 arithmetic.
+    """
+    if requested is not None:
+        return requested
+    env = os.environ.get(ENV_FP16, "").strip().lower()
+    if env in ("1", "true", "yes", "on"):
+        return True
+    if env in ("0", "false", "no", "off"):
+        return False
+    return (features or cpu_features()).fp16
+
+
+def default_threads(features: CpuFeatures | None = None) -> int:
+    """All cores, at most 4 (a Pi 5 has 4; more is untested on big machines)."""
+    cores = (features or cpu_features()).cores
+    return max(1, min(4, cores))

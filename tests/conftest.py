@@ -1,0 +1,131 @@
+"""Shared fixtures: test models built once per run with the real export path.
+
+Models come from `da3-edge export` run in the export environment (a separate venv
+with torch), exactly as a user would run it: seeded random weights are first written
+in the official release layout, then converted through ``--weights``. They are cached
+under ``$DA3_EDGE_TEST_CACHE`` (default ``.cache/tests``) with a stamp of the code
+that made them, so a second run reuses them and CI builds them once.
+
+Without the export environment, tests that need a model skip, unless
+``DA3_EDGE_REQUIRE_EXPORT=1`` (set by scripts/check), where they fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = 0
+SMALL_SHAPE = (140, 182)
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "motorcycle_left.png")
+
+
+def export_python() -> Path:
+    return Path(os.environ.get("DA3_EDGE_EXPORT_PYTHON", ROOT / ".venv-export" / "bin" / "python"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DA3_EDGE_TEST_CACHE", ROOT / ".cache" / "tests"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test reads or writes the user's model directory or env overrides."""
+    monkeypatch.delenv("DA3_EDGE_MODELS", raising=False)
+    monkeypatch.delenv("DA3_EDGE_FP16_ARITHMETIC", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+
+
+@pytest.fixture(scope="session")
+def export_env() -> Path:
+    python = export_python()
+    if not python.exists():
+        message = f"export environment not found at {python} (scripts/setup-export-env.sh)"
+        if os.environ.get("DA3_EDGE_REQUIRE_EXPORT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+def _code_stamp(args: list[str]) -> str:
+    digest = hashlib.sha256(json.dumps(args).encode())
+    for pattern in ("edge/export/*.py", "edge/models.py", "edge/parity.py", "requirements/*.txt"):
+        for path in sorted(ROOT.glob(pattern)):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def run_export(python: Path, out: Path, args: list[str]) -> Path:
+    """Run `da3-edge export ARGS` in the export env unless ``out`` is current."""
+    stamp_file = out / ".stamp"
+    stamp = _code_stamp(args)
+    if stamp_file.exists() and stamp_file.read_text() == stamp:
+        return out
+    start = time.monotonic()
+    cmd = [str(python), "-m", "edge", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    out.mkdir(parents=True, exist_ok=True)
+    stamp_file.write_text(stamp)
+    print(f"\n[models] {' '.join(args)}: {time.monotonic() - start:.1f} s", file=sys.stderr)
+    return out
+
+
+@pytest.fixture(scope="session")
+def random_weights(export_env: Path) -> Path:
+    """Seeded random DA3-small weights in the official release layout."""
+    out = cache_dir() / f"weights-seed{SEED}"
+    args = ["export", "--random-init", str(SEED), "--save-weights", str(out), "--weights-only"]
+    return run_export(export_env, out, args)
+
+
+@pytest.fixture(scope="session")
+def small_models(export_env: Path, random_weights: Path) -> Path:
+    """fp32/fp16/int8 at one small shape: for tests that need a model, not the shapes."""
+    out = cache_dir() / "small"
+    shape = f"{SMALL_SHAPE[0]}x{SMALL_SHAPE[1]}"
+    return run_export(
+        export_env,
+        out,
+        ["export", "--weights", str(random_weights), "--shape", shape, "--out", str(out)],
+    )
+
+
+@pytest.fixture(scope="session")
+def full_models(export_env: Path, random_weights: Path) -> Path:
+    """The default export: four shapes x fp32/fp16/int8, from the same weights."""
+    out = cache_dir() / "full"
+    return run_export(
+        export_env, out, ["export", "--weights", str(random_weights), "--out", str(out)]
+    )
+
+
+def photo_path(name: str) -> Path:
+    """A real photograph shipped inside the scikit-image wheel (read with Pillow)."""
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("scikit-image (a dev dependency) is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / name
+
+
+def normalised_photo(name: str, shape: tuple[int, int]) -> np.ndarray:
+    """A photo resized to ``shape`` and ImageNet-normalised, (1, 3, h, w) float32."""
+    h, w = shape
+    with Image.open(photo_path(name)) as im:
+        rgb = im.convert("RGB").resize((w, h), Image.Resampling.BICUBIC)
+    array = (np.asarray(rgb, dtype=np.float32) / 255.0 - MEAN) / STD
+    return np.ascontiguousarray(array.transpose(2, 0, 1)[None], dtype=np.float32)

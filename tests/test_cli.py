@@ -1,0 +1,142 @@
+"""The `da3-edge` dispatcher and the export/models commands: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge import cli
+from edge.commands import export as export_cmd
+
+from .conftest import ROOT, export_python
+
+
+def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "export" in out and "models" in out
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("da3-edge ")
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+    assert cli.main(["models", "--bogus"]) == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert cli.main(["models", "--help"]) == 0
+    assert "--verify" in capsys.readouterr().out
+    assert cli.main(["export", "--shape", "100x100", "--random-init", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "da3-edge: error: shape '100x100': both sides must be positive multiples of 14"
+    )
+    assert cli.main(["export", "--precision", "fp8", "--random-init", "0"]) == 2
+    assert cli.main(["export", "--weights-only", "--random-init", "0"]) == 2
+
+
+def test_shape_selection() -> None:
+    assert export_cmd.parse_shapes(None) == [(378, 504), (504, 378), (280, 504), (504, 280)]
+    assert export_cmd.parse_shapes(["140x182"]) == [(140, 182)]
+    assert export_cmd.parse_shapes(["default", "140x182,378x504"])[-1] == (140, 182)
+    assert len(export_cmd.parse_shapes(["default", "140x182,378x504"])) == 5
+
+
+def test_models_without_a_model_dir_says_how_to_get_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert cli.main(["models", "--models", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "da3-edge export" in err
+
+
+def _run(args: list[str], python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DEBUG"}
+    return subprocess.run(
+        [python, "-m", "edge", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+
+
+def test_export_without_export_env_is_one_line() -> None:
+    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("torch is importable here; this test runs in the runtime env")
+    proc = _run(["export", "--random-init", "0", "--out", "/nonexistent/x"])
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "setup-export-env.sh" in lines[0] and "torch" in lines[0]
+
+
+def test_models_verify_lists_and_flags_random_init(small_models: Path) -> None:
+    proc = _run(["models", "--models", str(small_models), "--verify"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == f"{small_models} (da3-small)"
+    assert len(lines) == 4
+    for line, precision in zip(lines[1:], ("fp32", "fp16", "int8"), strict=True):
+        assert f"140x182 {precision}" in line
+        assert line.endswith("RANDOM-INIT (not a real model)  ok")
+    assert proc.stderr == ""
+
+
+def test_models_verify_refuses_a_tampered_artifact(small_models: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "m"
+    shutil.copytree(small_models, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    victim = copy / manifest["artifacts"][1]["file"]
+    data = bytearray(victim.read_bytes())
+    data[-100] ^= 0x01
+    victim.write_bytes(bytes(data))
+    proc = _run(["models", "--models", str(copy), "--verify"])
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "does not match the manifest" in err[0] and victim.name in err[0]
+    assert proc.stdout.count(" ok\n") == 2 and "FAILED" in proc.stdout
+
+
+@pytest.mark.export
+def test_export_refuses_mixing_weights(
+    export_env: Path, small_models: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "m"
+    shutil.copytree(small_models, copy)
+    proc = _run(
+        ["export", "--random-init", "5", "--shape", "140x182", "--out", str(copy)],
+        python=str(export_env),
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"da3-edge: error: {copy} already holds models from other weights")
+    )
+
+
+@pytest.mark.export
+def test_export_with_bad_weights_is_one_line(export_env: Path, tmp_path: Path) -> None:
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "config.json").write_text('{"model_name": "da3-small"}')
+    (tmp_path / "w" / "model.safetensors").write_bytes(b"\x00" * 64)
+    proc = _run(
+        ["export", "--weights", str(tmp_path / "w"), "--out", str(tmp_path / "o")],
+        python=str(export_env),
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("da3-edge: error: ")
+    assert "not readable as da3-small weights" in proc.stderr
+    proc = _run(
+        ["export", "--weights", str(tmp_path / "missing"), "--out", str(tmp_path / "o")],
+        python=str(export_env),
+    )
+    assert proc.returncode == 1 and "no weights at" in proc.stderr
+
+
+def test_export_python_default_points_into_the_repo() -> None:
+    assert export_python().is_absolute()

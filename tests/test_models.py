@@ -1,0 +1,149 @@
+"""Manifest, model-directory lookup, DA3's shape rule, and refusing bad artifacts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edge.errors import ManifestError, ModelCorrupt, ModelNotFound
+from edge.models import (
+    Artifact,
+    Manifest,
+    da3_shape,
+    default_models_dir,
+    parse_shape,
+    resolve_models_dir,
+)
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        ((1200, 1600), (378, 504)),
+        ((1600, 1200), (504, 378)),
+        ((720, 1280), (280, 504)),
+        ((1280, 720), (504, 280)),
+        ((504, 504), (504, 504)),
+        ((100, 100), (504, 504)),
+        ((10, 5000), (14, 504)),
+    ],
+)
+def test_da3_shape_rule(size: tuple[int, int], expected: tuple[int, int]) -> None:
+    assert da3_shape(*size) == expected
+
+
+def test_da3_shape_rejects_empty() -> None:
+    with pytest.raises(ValueError):
+        da3_shape(0, 10)
+
+
+def test_parse_shape() -> None:
+    assert parse_shape("378x504") == (378, 504)
+    for bad in ("378", "378x500", "0x14", "axb", "-14x14"):
+        with pytest.raises(ValueError):
+            parse_shape(bad)
+
+
+def test_models_dir_lookup_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_models_dir() == tmp_path / "xdg" / "da3-edge" / "models"
+    assert resolve_models_dir() == tmp_path / "xdg" / "da3-edge" / "models"
+    monkeypatch.setenv("DA3_EDGE_MODELS", str(tmp_path / "env"))
+    assert resolve_models_dir() == tmp_path / "env"
+    assert resolve_models_dir(tmp_path / "arg") == tmp_path / "arg"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_models_dir() == tmp_path / "home" / ".local" / "share" / "da3-edge" / "models"
+
+
+def _artifact(**kw: object) -> Artifact:
+    base: dict[str, object] = dict(
+        file="m.tflite",
+        kind="core",
+        shape=(14, 28),
+        precision="fp16",
+        bytes=3,
+        sha256="0" * 64,
+        provenance={"weights": "random-init:3", "random_init": True},
+    )
+    base.update(kw)
+    return Artifact(**base)  # type: ignore[arg-type]
+
+
+def test_manifest_round_trip(tmp_path: Path) -> None:
+    m = Manifest(tmp_path)
+    m.upsert(_artifact())
+    m.upsert(_artifact(file="n.tflite", precision="fp32"))
+    m.upsert(_artifact(bytes=4))  # same file replaces its entry
+    m.save()
+    loaded = Manifest.load(tmp_path)
+    assert [a.file for a in loaded.cores()] == ["n.tflite", "m.tflite"]  # fp32 before fp16
+    assert loaded.find((14, 28), "fp16").bytes == 4
+    assert loaded.find((14, 28), "fp16").random_init
+    with pytest.raises(ModelNotFound, match="no int8 model for 14x28"):
+        loaded.find((14, 28), "int8")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_missing_manifest_says_how_to_get_a_model(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFound, match="da3-edge export"):
+        Manifest.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{",
+        "[]",
+        json.dumps({"format": 99}),
+        json.dumps({"format": 1, "artifacts": [{"file": "x"}]}),
+    ],
+)
+def test_bad_manifest_is_refused(tmp_path: Path, content: str) -> None:
+    (tmp_path / "manifest.json").write_text(content)
+    with pytest.raises(ManifestError):
+        Manifest.load(tmp_path)
+
+
+def _copy_models(src: Path, dst: Path, precision: str = "fp16") -> tuple[Manifest, Artifact]:
+    manifest = Manifest.load(src)
+    artifact = next(a for a in manifest.cores() if a.precision == precision)
+    dst.mkdir()
+    shutil.copy(src / "manifest.json", dst / "manifest.json")
+    shutil.copy(src / artifact.file, dst / artifact.file)
+    return Manifest.load(dst), artifact
+
+
+def test_intact_artifact_verifies(small_models: Path) -> None:
+    manifest = Manifest.load(small_models)
+    for artifact in manifest.cores():
+        assert manifest.verify(artifact) == small_models / artifact.file
+
+
+def test_tampered_artifact_is_refused(small_models: Path, tmp_path: Path) -> None:
+    manifest, artifact = _copy_models(small_models, tmp_path / "m")
+    path = manifest.artifact_path(artifact)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelCorrupt, match="SHA-256") as info:
+        manifest.verify(artifact)
+    assert "\n" not in str(info.value)
+
+
+def test_truncated_artifact_is_refused(small_models: Path, tmp_path: Path) -> None:
+    manifest, artifact = _copy_models(small_models, tmp_path / "m")
+    path = manifest.artifact_path(artifact)
+    path.write_bytes(path.read_bytes()[: artifact.bytes // 3])
+    with pytest.raises(ModelCorrupt, match="truncated"):
+        manifest.verify(artifact)
+
+
+def test_missing_artifact_is_reported(small_models: Path, tmp_path: Path) -> None:
+    manifest, artifact = _copy_models(small_models, tmp_path / "m")
+    manifest.artifact_path(artifact).unlink()
+    with pytest.raises(ModelNotFound, match="missing"):
+        manifest.verify(artifact)

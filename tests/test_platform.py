@@ -1,0 +1,68 @@
+"""CPU feature detection and the fp16 arithmetic policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge import platform
+
+PI5 = """processor\t: 0
+BogoMIPS\t: 108.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x4
+CPU part\t: 0xd0b
+CPU revision\t: 1
+"""
+
+PI4 = """processor\t: 0
+Features\t: fp asimd evtstrm crc32 cpuid
+CPU implementer\t: 0x41
+CPU part\t: 0xd08
+"""
+
+X86 = """processor\t: 0
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu vme de pse avx2 f16c avx512fp16
+"""
+
+
+def test_pi5_has_fp16_and_dotprod() -> None:
+    f = platform.parse_cpuinfo(PI5, "aarch64")
+    assert (f.fp16, f.dotprod, f.i8mm, f.sme) == (True, True, False, False)
+    assert f.model == "Cortex-A76"
+    assert platform.fp16_arithmetic(features=f) is True
+
+
+def test_pi4_has_no_fp16() -> None:
+    f = platform.parse_cpuinfo(PI4, "aarch64")
+    assert (f.fp16, f.dotprod) == (False, False)
+    assert f.model == "Cortex-A72"
+    assert platform.fp16_arithmetic(features=f) is False
+
+
+def test_x86_never_counts_as_arm_fp16() -> None:
+    # f16c / avx512fp16 are x86 flags; XNNPACK's FORCE_FP16 path is emulated there.
+    f = platform.parse_cpuinfo(X86, "x86_64")
+    assert (f.fp16, f.dotprod, f.i8mm, f.sme) == (False, False, False, False)
+    assert f.model == "AMD EPYC 7B13"
+    assert platform.fp16_arithmetic(features=f) is False
+
+
+def test_policy_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    pi5 = platform.parse_cpuinfo(PI5, "aarch64")
+    x86 = platform.parse_cpuinfo(X86, "x86_64")
+    assert platform.fp16_arithmetic(False, pi5) is False
+    assert platform.fp16_arithmetic(True, x86) is True
+    monkeypatch.setenv(platform.ENV_FP16, "0")
+    assert platform.fp16_arithmetic(features=pi5) is False
+    monkeypatch.setenv(platform.ENV_FP16, "1")
+    assert platform.fp16_arithmetic(features=x86) is True
+    assert platform.fp16_arithmetic(False, x86) is False
+
+
+def test_this_machine_is_detected() -> None:
+    f = platform.cpu_features()
+    assert f.cores >= 1 and f.machine
+    assert 1 <= platform.default_threads(f) <= 4
