@@ -54,15 +54,23 @@ def resolve_models_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def da3_shape(height: int, width: int, longest: int = LONGEST_SIDE) -> tuple[int, int]:
-    """DA3's processing size for an image: longest side to ``longest``, then each
-    side rounded to the nearest multiple of 14 (1200x1600 -> 378x504,
-    720x1280 -> 280x504)."""
+    """DA3's processing size for an image (``upper_bound_resize`` in its
+    ``InputProcessor``): scale so the longest side is ``longest`` (each side
+    ``round()``-ed), then move each side to the nearest multiple of 14, ties going
+    up. 1200x1600 -> 378x504, 720x1280 -> 280x504, 287x504 -> 294x504."""
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got {height}x{width}")
-    scale = longest / max(height, width)
-    h = max(PATCH, round(height * scale / PATCH) * PATCH)
-    w = max(PATCH, round(width * scale / PATCH) * PATCH)
-    return h, w
+    if max(height, width) != longest:
+        scale = longest / max(height, width)
+        height, width = max(1, round(height * scale)), max(1, round(width * scale))
+    return _nearest_multiple(height), _nearest_multiple(width)
+
+
+def _nearest_multiple(x: int, p: int = PATCH) -> int:
+    down = (x // p) * p
+    up = down + p
+    # DA3 allows 1 here (then fails in the patch embedding); a side is at least one patch.
+    return max(p, up if up - x <= x - down else down)
 
 
 def parse_shape(text: str) -> tuple[int, int]:

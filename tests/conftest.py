@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -74,6 +75,7 @@ def run_export(python: Path, out: Path, args: list[str]) -> Path:
     stamp = _code_stamp(args)
     if stamp_file.exists() and stamp_file.read_text() == stamp:
         return out
+    shutil.rmtree(out, ignore_errors=True)  # a stale cache: rebuild from scratch
     start = time.monotonic()
     cmd = [str(python), "-m", "edge", *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -140,3 +140,21 @@ def test_export_with_bad_weights_is_one_line(export_env: Path, tmp_path: Path) -
 
 def test_export_python_default_points_into_the_repo() -> None:
     assert export_python().is_absolute()
+
+
+@pytest.mark.export
+def test_random_weights_are_reproducible(
+    export_env: Path, random_weights: Path, tmp_path: Path
+) -> None:
+    """Same seed, same bytes: the manifest's weights hash must not change between runs."""
+    proc = _run(
+        ["export", "--random-init", "0", "--save-weights", str(tmp_path / "w"), "--weights-only"],
+        python=str(export_env),
+    )
+    assert proc.returncode == 0, proc.stderr
+    again = (tmp_path / "w" / "model.safetensors").read_bytes()
+    assert again == (random_weights / "model.safetensors").read_bytes()
+    assert json.loads((tmp_path / "w" / "config.json").read_text()) == {
+        "model_name": "da3-small",
+        "random_init_seed": 0,
+    }

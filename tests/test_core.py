@@ -94,4 +94,8 @@ def test_runtime_path_never_imports_torch(fp16_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
-    assert "INFO:" not in proc.stderr  # LiteRT's load chatter is captured, not printed
+    # LiteRT's load/first-run chatter is captured, not printed. (Its static
+    # destructors still log "DestroyAccelerator" at interpreter exit; the CLI entry
+    # point silences those, a library user sees them.)
+    chatter = [ln for ln in proc.stderr.splitlines() if "DestroyAccelerator" not in ln]
+    assert chatter == []

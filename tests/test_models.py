@@ -29,6 +29,9 @@ from edge.models import (
         ((504, 504), (504, 504)),
         ((100, 100), (504, 504)),
         ((10, 5000), (14, 504)),
+        ((287, 504), (294, 504)),  # a tie goes up, as in DA3
+        ((1080, 1920), (280, 504)),
+        ((3024, 4032), (378, 504)),
     ],
 )
 def test_da3_shape_rule(size: tuple[int, int], expected: tuple[int, int]) -> None:

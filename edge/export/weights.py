@@ -234,22 +234,36 @@ def random_init(seed: int) -> Weights:
     return Weights(random_state(seed), f"random-init:{seed}", True, f"random-init:{seed}")
 
 
+def _dedup_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with each shared tensor stored once, under its first name in sorted
+    order (as ``safetensors.torch.save_model`` does, but deterministically: its
+    choice among aliases follows set order, which changes with the hash seed, and
+    would change the file's SHA-256 from run to run)."""
+    kept: dict[tuple[int, tuple[int, ...]], str] = {}
+    state = module.state_dict()
+    for name in sorted(state):
+        tensor = state[name]
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        kept.setdefault(key, name)
+    return {name: state[name].detach().contiguous() for name in sorted(kept.values())}
+
+
 def save_official_layout(net: nn.Module, folder: Path, *, random_seed: int | None) -> Path:
     """Write ``net`` as a release folder (config.json + model.safetensors).
 
     Used to hand seeded random weights to ``--weights`` exactly like real ones. The
     config records the seed so nobody mistakes the folder for the real release.
     """
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / WEIGHTS_FILE
     tmp = folder / f".{WEIGHTS_FILE}.tmp"
-    metadata = {"format": "pt"}
-    if random_seed is not None:
-        metadata["random_init_seed"] = str(random_seed)
-    save_model(_Release(net), str(tmp), metadata=metadata)
+    # One metadata key at most: safetensors writes the metadata map in hash order, so
+    # two keys would make the file's bytes (and SHA-256) differ between runs.
+    metadata = {"format": "pt"} if random_seed is None else {"random_init_seed": str(random_seed)}
+    save_file(_dedup_state(_Release(net)), str(tmp), metadata=metadata)
     os.replace(tmp, target)
     config = {"model_name": MODEL_NAME}
     if random_seed is not None:
