@@ -16,6 +16,7 @@ from edge import __version__
 from edge.errors import EdgeError, UsageError
 
 COMMANDS = {
+    "snap": ("edge.commands.snap", "depth maps for still images (PNG, npz, preview, JSON)"),
     "export": (
         "edge.commands.export",
         "convert DA3-small weights to LiteRT models (needs the export environment)",

@@ -36,3 +36,15 @@ class ExportEnvMissing(EdgeError, ImportError):
 
 class UsageError(EdgeError, ValueError):
     """A bad command-line value that argparse cannot catch by itself (exit 2)."""
+
+
+class ImageError(EdgeError, ValueError):
+    """An input that is not a usable image: empty, corrupt, truncated, too large."""
+
+
+class InputUnreadable(EdgeError, OSError):
+    """An input path that cannot be read (missing, a directory, no permission)."""
+
+
+class OutputError(EdgeError, OSError):
+    """An output that cannot be written (no space, read-only, not a directory)."""

@@ -15,15 +15,14 @@ here); a truncated or modified file is refused with a one-line error.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge import atomic
 from edge.errors import ManifestError, ModelCorrupt, ModelNotFound
 
 MANIFEST = "manifest.json"
@@ -187,7 +186,8 @@ class Manifest:
             "model": self.model,
             "artifacts": [a.to_json() for a in sorted(self.artifacts, key=_order)],
         }
-        atomic_write_bytes(self.path, (json.dumps(data, indent=2) + "\n").encode())
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(self.path, (json.dumps(data, indent=2) + "\n").encode())
 
     def upsert(self, artifact: Artifact) -> None:
         self.artifacts = [a for a in self.artifacts if a.file != artifact.file]
@@ -236,26 +236,3 @@ class Manifest:
 def _order(a: Artifact) -> tuple[str, int, int, int]:
     rank = PRECISIONS.index(a.precision) if a.precision in PRECISIONS else len(PRECISIONS)
     return (a.kind, a.shape[0], a.shape[1], rank)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one,
-    never a partial one: temp file in the same directory, fsync, rename, fsync dir."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

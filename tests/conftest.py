@@ -6,12 +6,14 @@ in the official release layout, then converted through ``--weights``. They are c
 under ``$DA3_EDGE_TEST_CACHE`` (default ``.cache/tests``) with a stamp of the code
 that made them, so a second run reuses them and CI builds them once.
 
-Without the export environment, tests that need a model skip, unless
-``DA3_EDGE_REQUIRE_EXPORT=1`` (set by scripts/check), where they fail.
+Without the export environment (or, for the disk tests, without permission to mount
+a tmpfs), tests that need it skip, unless ``DA3_EDGE_STRICT_TESTS=1`` (set by
+scripts/check, so CI never passes by skipping), where they fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -20,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +58,56 @@ def export_env() -> Path:
     python = export_python()
     if not python.exists():
         message = f"export environment not found at {python} (scripts/setup-export-env.sh)"
-        if os.environ.get("DA3_EDGE_REQUIRE_EXPORT") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(message)
     return python
+
+
+def skip_or_fail(message: str) -> None:
+    if os.environ.get("DA3_EDGE_STRICT_TESTS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def run_cli(
+    args: list[str],
+    *,
+    python: Path | str = sys.executable,
+    stdin: bytes | None = None,
+    cwd: Path = ROOT,
+) -> subprocess.CompletedProcess[str]:
+    """`da3-edge ARGS` in a fresh process: exit code, stdout, stderr as a user sees them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DA3_EDGE_MODELS")}
+    proc = subprocess.run(
+        [str(python), "-m", "edge", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+    )
+    return subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
+    )
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, *, size: str = "4m", read_only: bool = False) -> Iterator[Path]:
+    """A real tmpfs mounted at ``path``: size-limited (disk full) or read-only.
+
+    CI runs as root, where permission bits prove nothing; a mount does."""
+    path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (",ro" if read_only else "")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        skip_or_fail(f"cannot mount a tmpfs here ({proc.stderr.strip()}); needs root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def _code_stamp(args: list[str]) -> str:
@@ -131,3 +180,21 @@ def normalised_photo(name: str, shape: tuple[int, int]) -> np.ndarray:
         rgb = im.convert("RGB").resize((w, h), Image.Resampling.BICUBIC)
     array = (np.asarray(rgb, dtype=np.float32) / 255.0 - MEAN) / STD
     return np.ascontiguousarray(array.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+def _make_photos(out: Path) -> dict[str, list[Path]]:
+    spec = importlib.util.spec_from_file_location(
+        "make_test_photos", ROOT / "scripts" / "make-test-photos.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made: dict[str, list[Path]] = module.make(out)
+    return made
+
+
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("photos")
+    _make_photos(out)
+    return out

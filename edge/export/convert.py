@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edge import atomic
 from edge.errors import EdgeError
 from edge.export.mono import MonoDepth
 from edge.export.weights import MODEL_NAME, Weights
-from edge.models import Artifact, Manifest, atomic_write_bytes, sha256_file
+from edge.models import Artifact, Manifest, sha256_file
 from edge.parity import TOLERANCES, compare
 
 Progress = Callable[[str], None]
@@ -151,7 +152,7 @@ def export(
             data = fp32 if precision == "fp32" else _quantize(fp32, precision)
             name = artifact_name(shape, precision)
             tmp = out / f".{name}.verify"
-            atomic_write_bytes(tmp, data)
+            atomic.write_bytes(tmp, data)
             check: dict[str, float] = {}
             try:
                 if reference is not None:

@@ -1,0 +1,47 @@
+"""Files that appear whole or not at all.
+
+A reader (a person, a robot following ``latest``, a crash-restarted daemon) sees the
+old file or the new one, never half of one: write to a temporary name in the same
+directory, fsync, rename over the target, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+    """Atomically replace ``path`` with ``data``.
+
+    ``durable`` also fsyncs the file and its directory so the rename survives a power
+    cut (what an SD card on a Pi needs); tmpfs targets can skip it.
+    """
+    path = Path(path)
+    # Not mkstemp: its 0600 would stick to the renamed file; 0666 & ~umask is what a
+    # plain open() would give.
+    tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,238 @@
+"""``da3-edge snap``: depth maps for stills.
+
+For each input ``photo.jpg`` it writes ``photo.depth.png``, ``photo.npz``,
+``photo.preview.png`` and ``photo.json`` into ``-o`` (see ``edge.frames``). A bad input
+gets one error line naming it and no outputs, the rest of the batch goes on, and the
+exit code is 1 if any input failed. Usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge import frames, images
+from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError
+from edge.models import PRECISIONS
+
+IMAGE_SUFFIXES = {
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".tif",
+    ".tiff",
+    ".bmp",
+    ".webp",
+    ".gif",
+    ".ppm",
+    ".pgm",
+    ".pnm",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge snap",
+        description=(
+            "Relative depth and confidence for still images. For photo.jpg writes "
+            "photo.depth.png (16-bit inverse depth, larger = nearer), photo.npz (depth: "
+            "larger = farther, and conf; float32), photo.preview.png (colour, near = warm) "
+            "and photo.json (model, shapes, timings), at the photo's displayed size."
+        ),
+    )
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="image files, directories (their images, not recursive), globs, or - for stdin",
+    )
+    p.add_argument(
+        "-o", "--out", default=".", metavar="OUTDIR", help="output directory (default: .)"
+    )
+    p.add_argument(
+        "--models",
+        metavar="DIR",
+        help="model directory (default: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models)",
+    )
+    p.add_argument(
+        "--precision",
+        default="fp16",
+        choices=PRECISIONS,
+        help="core model precision (default: fp16)",
+    )
+    p.add_argument(
+        "--stages",
+        default=None,
+        choices=("numpy", "executorch"),
+        help="pre/post-processing backend (default: $DA3_EDGE_STAGES, else numpy)",
+    )
+    p.add_argument(
+        "--threads", type=int, metavar="N", help="CPU threads for the core (default: cores, max 4)"
+    )
+    p.add_argument(
+        "--format",
+        default="png,npz,preview,json",
+        metavar="LIST",
+        help="comma-separated outputs from png,npz,preview,json (default: all)",
+    )
+    p.add_argument(
+        "--strict-shape",
+        action="store_true",
+        help="fail when DA3's shape for an image was not exported, instead of resizing to "
+        "the exported shape with the nearest aspect ratio",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=images.MAX_PIXELS,
+        metavar="N",
+        help=f"refuse larger images before decoding (default: {images.MAX_PIXELS})",
+    )
+    return p
+
+
+@dataclass(frozen=True)
+class Item:
+    label: str  # how errors name it
+    source: str  # what is read: a path, or "-"
+    stem: str
+
+
+def expand(inputs: Sequence[str]) -> Iterator[Item | EdgeError]:
+    """Inputs in order; an input that names nothing becomes an error in place."""
+    for arg in inputs:
+        if arg == "-":
+            yield Item("stdin", "-", "stdin")
+            continue
+        path = Path(arg)
+        if path.is_dir():
+            found = sorted(
+                p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+            )
+            if not found:
+                yield InputUnreadable(f"{arg}: no images in this directory")
+            for p in found:
+                yield Item(str(p), str(p), p.stem)
+        elif path.exists() or not any(ch in arg for ch in "*?["):
+            yield Item(arg, arg, path.stem)
+        else:
+            matches = sorted(m for m in glob.glob(arg) if Path(m).is_file())
+            if not matches:
+                yield InputUnreadable(f"{arg}: no file matches")
+            for m in matches:
+                yield Item(m, m, Path(m).stem)
+
+
+def parse_formats(value: str) -> list[str]:
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if item not in frames.FORMATS:
+            raise UsageError(f"unknown format {item!r} (choose from {', '.join(frames.FORMATS)})")
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _owner(sidecar: Path) -> str | None:
+    try:
+        return str(json.loads(sidecar.read_text()).get("source"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def claim_stem(out: Path, stem: str, source: str, taken: set[str], formats: Sequence[str]) -> str:
+    """A stem whose outputs belong to ``source``: never overwrite another input's files.
+
+    Within one run the first input keeps ``photo``, the next ``photo-2``...; across
+    runs the JSON sidecar says whose outputs are there (no sidecar: the files are
+    taken to be someone else's and left alone)."""
+    n = 1
+    while True:
+        candidate = stem if n == 1 else f"{stem}-{n}"
+        if candidate not in taken:
+            existing = [out / f"{candidate}{frames.SUFFIXES[f]}" for f in frames.FORMATS]
+            if not any(p.exists() for p in existing):
+                break
+            if _owner(out / f"{candidate}.json") == source:
+                break
+        n += 1
+    taken.add(candidate)
+    return candidate
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    formats = parse_formats(ns.format)
+    if ns.threads is not None and ns.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if ns.max_pixels < 1:
+        raise UsageError("--max-pixels must be positive")
+    if list(ns.inputs).count("-") > 1:
+        raise UsageError("- (stdin) can be given once")
+    out = Path(ns.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".da3-edge-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot write outputs here ({exc.strerror or exc})") from None
+
+    from edge.pipeline import Pipeline
+
+    items = list(expand(ns.inputs))
+    total = len(items)
+    failures = 0
+    written = 0
+    taken: set[str] = set()
+    say_progress = total > 1
+    with Pipeline.load(
+        ns.models,
+        precision=ns.precision,
+        stages=ns.stages,
+        threads=ns.threads,
+        strict_shape=ns.strict_shape,
+        max_pixels=ns.max_pixels,
+    ) as pipeline:
+        if any(a.random_init for a in pipeline.manifest.cores()):
+            print(
+                "da3-edge: warning: these models have random-init weights: outputs are NOT "
+                "a real model's depth (flagged in every .json)",
+                file=sys.stderr,
+            )
+        for index, item in enumerate(items, 1):
+            if isinstance(item, EdgeError):
+                failures += 1
+                print(f"da3-edge: error: {item}", file=sys.stderr)
+                continue
+            start = time.perf_counter()
+            try:
+                source = sys.stdin.buffer.read() if item.source == "-" else item.source
+                frame = pipeline(source, name=item.label)
+                key = "-" if item.source == "-" else str(Path(item.source).resolve())
+                stem = claim_stem(out, item.stem, key, taken, formats)
+                try:
+                    frames.write(frame, out, stem, formats, extra={"source": key})
+                except OSError as exc:
+                    raise OutputError(
+                        f"{item.label}: cannot write to {out} ({exc.strerror or exc})"
+                    ) from None
+            except EdgeError as exc:
+                failures += 1
+                print(f"da3-edge: error: {exc}", file=sys.stderr)
+                continue
+            written += 1
+            if say_progress:
+                ms = (time.perf_counter() - start) * 1000
+                print(f"[{index}/{total}] {item.label} -> {stem}: {ms:.0f} ms", file=sys.stderr)
+    if say_progress or failures:
+        print(f"{written} written, {failures} failed", file=sys.stderr)
+    return 1 if failures else 0

@@ -1,0 +1,151 @@
+"""Writing a ``DepthFrame``: 16-bit PNG, npz, colour preview, JSON sidecar.
+
+Every file is written atomically (temp + fsync + rename): a crash leaves the previous
+file or none, never a partial one.
+
+- ``<stem>.depth.png``: 16-bit greyscale, *inverse* depth min-max normalised per
+  image, so larger = nearer, 0..65535. For viewing and for tools that want
+  disparity-like maps; not comparable across images.
+- ``<stem>.npz``: ``depth`` (relative depth, larger = farther) and ``conf``, float32,
+  at the photo's displayed size.
+- ``<stem>.preview.png``: inverse depth through the inferno colormap (near = warm),
+  8-bit RGB.
+- ``<stem>.json``: the frame's summary (model, weights, random-init flag, precision,
+  shapes, stages, min/max, ms per stage, versions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import platform
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from edge import __version__, atomic
+from edge.pipeline import DepthFrame
+
+FORMATS = ("png", "npz", "preview", "json")
+SUFFIXES = {"png": ".depth.png", "npz": ".npz", "preview": ".preview.png", "json": ".json"}
+
+# Inferno as a degree-6 polynomial per channel (Matt Zucker's fit of matplotlib's map).
+_INFERNO = np.array(
+    [
+        [0.0002189403691192265, 0.001651004631001012, -0.01948089843709184],
+        [0.1065134194856116, 0.5639564367884091, 3.932712388889277],
+        [11.60249308247187, -3.972853965665698, -15.9423941062914],
+        [-41.70399613139459, 17.43639888205313, 44.35414519872813],
+        [77.162935699427, -33.40235894210092, -81.80730925738993],
+        [-71.31942824499214, 32.62606426397723, 73.20951985803202],
+        [25.13112622477341, -12.24266895238567, -23.07032500287172],
+    ]
+)
+
+
+def _colormap_lut() -> np.ndarray:
+    t = np.linspace(0.0, 1.0, 256)[:, None]
+    rgb = np.zeros((256, 3))
+    for coeff in _INFERNO[::-1]:
+        rgb = rgb * t + coeff
+    return np.clip(rgb * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+COLORMAP = _colormap_lut()
+
+
+def inverse_normalised(depth: np.ndarray) -> np.ndarray:
+    """1 / depth scaled to 0..1 per image (1 = nearest). A flat map gives zeros."""
+    inv = 1.0 / np.maximum(depth.astype(np.float64), 1e-12)
+    lo, hi = float(inv.min()), float(inv.max())
+    if not np.isfinite(lo) or not np.isfinite(hi) or hi <= lo:
+        return np.zeros(depth.shape, dtype=np.float64)
+    return (inv - lo) / (hi - lo)
+
+
+def depth_png(depth: np.ndarray) -> bytes:
+    values = np.round(inverse_normalised(depth) * 65535.0).astype(np.uint16)
+    buf = io.BytesIO()
+    Image.fromarray(values).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def preview_png(depth: np.ndarray) -> bytes:
+    index = np.round(inverse_normalised(depth) * 255.0).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(COLORMAP[index]).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def npz_bytes(frame: DepthFrame) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, depth=frame.depth.astype(np.float32), conf=frame.conf.astype(np.float32))
+    return buf.getvalue()
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"da3-edge": __version__, "python": platform.python_version()}
+    for dist in ("ai-edge-litert", "numpy", "pillow"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def sidecar(frame: DepthFrame, extra: dict[str, Any] | None = None) -> bytes:
+    data = frame.summary()
+    data["versions"] = versions()
+    if frame.random_init:
+        data["warning"] = "made with random-init weights: NOT a real model's depth"
+    if extra:
+        data.update(extra)
+    return (json.dumps(data, indent=2) + "\n").encode()
+
+
+def render(
+    frame: DepthFrame, formats: Iterable[str], extra: dict[str, Any] | None = None
+) -> dict[str, bytes]:
+    """The bytes of each requested output, keyed by format."""
+    makers = {
+        "png": lambda: depth_png(frame.depth),
+        "npz": lambda: npz_bytes(frame),
+        "preview": lambda: preview_png(frame.depth),
+        "json": lambda: sidecar(frame, extra),
+    }
+    return {fmt: makers[fmt]() for fmt in formats}
+
+
+def write(
+    frame: DepthFrame,
+    directory: Path,
+    stem: str,
+    formats: Iterable[str],
+    extra: dict[str, Any] | None = None,
+    *,
+    durable: bool = True,
+) -> list[Path]:
+    """Render, then write each file atomically; if a write fails, remove the files
+    of this frame already written. Rendering happens first so a frame that cannot be
+    rendered leaves nothing behind."""
+    blobs = render(frame, formats, extra)
+    written: list[Path] = []
+    try:
+        for fmt, data in blobs.items():
+            path = directory / f"{stem}{SUFFIXES[fmt]}"
+            atomic.write_bytes(path, data, durable=durable)
+            written.append(path)
+    except OSError:
+        # All of a frame's files or none: a disk that filled up halfway through
+        # must not leave a depth map without its sidecar.
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    return written

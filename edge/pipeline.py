@@ -1,0 +1,249 @@
+"""``Pipeline``: an image in, a ``DepthFrame`` out.
+
+decode -> preprocess (stages backend) -> core (LiteRT, one model per input shape)
+-> postprocess (back to the source size). The core shape comes from DA3's rule
+(``models.da3_shape``); when that exact shape was not exported, the exported shape
+with the nearest aspect ratio is used (the image is resized to it, not cropped) and
+both are recorded in the frame. ``strict_shape=True`` refuses instead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from edge import images, stages
+from edge.core import Core
+from edge.errors import ModelNotFound, ShapeError
+from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
+
+
+@dataclass
+class DepthFrame:
+    """Relative depth and confidence for one image, at the image's displayed size.
+
+    ``depth`` is DA3's relative depth: larger = farther, on an arbitrary per-image
+    scale; not metres. ``conf`` is DA3's confidence (>= 1, larger = surer).
+    """
+
+    depth: np.ndarray  # (H, W) float32
+    conf: np.ndarray  # (H, W) float32
+    name: str
+    source_size: tuple[int, int]  # (H, W) as displayed
+    shape_wanted: tuple[int, int]  # DA3's rule for this image
+    shape_used: tuple[int, int]  # the exported model that ran
+    precision: str
+    stages: str
+    model: str
+    weights: str  # "sha256:..." of the weights, or "random-init:SEED"
+    random_init: bool
+    artifact: str  # the .tflite file name
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    source_mode: str = "RGB"
+    exif_transposed: bool = False
+
+    @property
+    def resized_to_nearest(self) -> bool:
+        return self.shape_used != self.shape_wanted
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the arrays, JSON-ready."""
+        d = self.depth
+        c = self.conf
+        return {
+            "name": self.name,
+            "model": self.model,
+            "weights": self.weights,
+            "random_init": self.random_init,
+            "precision": self.precision,
+            "stages": self.stages,
+            "artifact": self.artifact,
+            "source_size": list(self.source_size),
+            "source_mode": self.source_mode,
+            "exif_transposed": self.exif_transposed,
+            "shape_wanted": list(self.shape_wanted),
+            "shape_used": list(self.shape_used),
+            "resized_to_nearest_shape": self.resized_to_nearest,
+            "depth": {
+                "kind": "relative (larger = farther, arbitrary scale; not metres)",
+                "min": float(d.min()),
+                "max": float(d.max()),
+            },
+            "conf": {"min": float(c.min()), "max": float(c.max())},
+            "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
+        }
+
+
+def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> tuple[int, int]:
+    """The available shape closest in aspect ratio (then in size) to ``wanted``."""
+    if not available:
+        raise ModelNotFound("no core models to choose from")
+    ratio = math.log(wanted[1] / wanted[0])
+
+    def key(shape: tuple[int, int]) -> tuple[float, float]:
+        return (
+            abs(math.log(shape[1] / shape[0]) - ratio),
+            abs(shape[0] * shape[1] - wanted[0] * wanted[1]),
+        )
+
+    return min(available, key=key)
+
+
+class Pipeline:
+    """Loaded models and stages; call it with an image to get a ``DepthFrame``."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        precision: str,
+        backend: stages.Stages,
+        *,
+        threads: int | None = None,
+        strict_shape: bool = False,
+        fp16_arithmetic: bool | None = None,
+        weight_cache: str | os.PathLike[str] | None = None,
+        max_pixels: int = images.MAX_PIXELS,
+    ) -> None:
+        self.manifest = manifest
+        self.precision = precision
+        self.stages = backend
+        self.threads = threads
+        self.strict_shape = strict_shape
+        self.fp16_arithmetic = fp16_arithmetic
+        self.weight_cache = weight_cache
+        self.max_pixels = max_pixels
+        self._artifacts = {a.shape: a for a in manifest.cores() if a.precision == precision}
+        if not self._artifacts:
+            have = sorted({a.precision for a in manifest.cores()})
+            raise ModelNotFound(
+                f"{manifest.directory}: no {precision} models (have: {', '.join(have) or 'none'}); "
+                f"export them with `da3-edge export --precision {precision}` or pick --precision"
+            )
+        self._cores: dict[tuple[int, int], Core] = {}
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | os.PathLike[str] | None = None,
+        precision: str = "fp16",
+        stages: str | None = "numpy",
+        threads: int | None = None,
+        *,
+        strict_shape: bool = False,
+        fp16_arithmetic: bool | None = None,
+        weight_cache: str | os.PathLike[str] | None = None,
+        max_pixels: int = images.MAX_PIXELS,
+    ) -> Pipeline:
+        """Open the model directory (argument, ``$DA3_EDGE_MODELS``, XDG default)."""
+        from edge import stages as stages_mod
+
+        manifest = Manifest.load(resolve_models_dir(model_dir))
+        backend = stages_mod.load(stages, manifest=manifest, threads=threads)
+        try:
+            return cls(
+                manifest,
+                precision,
+                backend,
+                threads=threads,
+                strict_shape=strict_shape,
+                fp16_arithmetic=fp16_arithmetic,
+                weight_cache=weight_cache,
+                max_pixels=max_pixels,
+            )
+        except BaseException:
+            backend.close()
+            raise
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        return sorted(self._artifacts)
+
+    def choose(self, size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(wanted, used) core shapes for an image of ``size`` (H, W)."""
+        wanted = da3_shape(*size)
+        if wanted in self._artifacts:
+            return wanted, wanted
+        if self.strict_shape:
+            have = ", ".join(f"{h}x{w}" for h, w in self.shapes)
+            raise ShapeError(
+                f"no {self.precision} model for {wanted[0]}x{wanted[1]} (have {have}); "
+                "export it with --shape, or drop --strict-shape to use the nearest aspect ratio"
+            )
+        return wanted, nearest_shape(wanted, self.shapes)
+
+    def core(self, shape: tuple[int, int]) -> tuple[Core, Artifact]:
+        artifact = self._artifacts[shape]
+        if shape not in self._cores:
+            path = self.manifest.verify(artifact)
+            self._cores[shape] = Core(
+                path,
+                threads=self.threads,
+                fp16_arithmetic=self.fp16_arithmetic,
+                weight_cache=self.weight_cache,
+            )
+        return self._cores[shape], artifact
+
+    def __call__(self, image: Any, name: str | None = None) -> DepthFrame:
+        t0 = time.perf_counter()
+        if isinstance(image, images.Still):
+            still = image
+        else:
+            still = images.load(image, name=name, max_pixels=self.max_pixels)
+        t1 = time.perf_counter()
+        return self.run(still, decode_ms=(t1 - t0) * 1000)
+
+    def run(self, still: images.Still, decode_ms: float = 0.0) -> DepthFrame:
+        wanted, used = self.choose(still.size)
+        core, artifact = self.core(used)
+        t1 = time.perf_counter()
+        x = self.stages.preprocess(still.rgb, used)
+        t2 = time.perf_counter()
+        depth, conf = core.run(x)
+        t3 = time.perf_counter()
+        depth, conf = self.stages.postprocess(depth, conf, still.size)
+        t4 = time.perf_counter()
+        return DepthFrame(
+            depth=depth,
+            conf=conf,
+            name=still.name,
+            source_size=still.size,
+            shape_wanted=wanted,
+            shape_used=used,
+            precision=self.precision,
+            stages=self.stages.name,
+            model=self.manifest.model,
+            weights=artifact.weights,
+            random_init=artifact.random_init,
+            artifact=artifact.file,
+            timings_ms={
+                "decode": decode_ms,
+                "preprocess": (t2 - t1) * 1000,
+                "core": (t3 - t2) * 1000,
+                "postprocess": (t4 - t3) * 1000,
+            },
+            source_mode=still.mode,
+            exif_transposed=still.exif_transposed,
+        )
+
+    def close(self) -> None:
+        for core in self._cores.values():
+            core.close()
+        self._cores.clear()
+        self.stages.close()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,248 @@
+"""`da3-edge snap` end to end, in real processes, on real photographs and bad files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from edge.parity import metrics
+
+from .conftest import run_cli, tmpfs
+
+GOOD = {
+    # name: displayed (H, W)
+    "exif-rotated.jpg": (400, 600),
+    "alpha.png": (512, 512),
+    "grey.png": (300, 451),
+    "cmyk.jpg": (427, 640),
+    "grey16.png": (400, 600),
+    "palette.png": (512, 512),
+    "wide-16x9.jpg": (360, 640),
+    "tall-9x16.jpg": (427, 240),
+    "landscape-4x3.jpg": (400, 533),
+    "portrait-3x4.png": (300, 225),
+}
+BAD = {
+    "not-an-image.jpg": "not an image",
+    "empty.png": "empty file",
+    "truncated.jpg": "truncated or corrupt image data",
+    "corrupt.png": "corrupt PNG",
+    "bomb.png": "too many pixels",
+}
+FILES = (".depth.png", ".npz", ".preview.png", ".json")
+
+
+def _check_outputs(
+    out: Path, stem: str, size: tuple[int, int], stages: str = "numpy"
+) -> dict[str, object]:
+    h, w = size
+    with Image.open(out / f"{stem}.depth.png") as png:
+        assert png.mode in ("I;16", "I;16B", "I;16L", "I") and png.size == (w, h)
+        inv = np.asarray(png, dtype=np.float64)
+    assert inv.min() == 0 and inv.max() == 65535
+    with np.load(out / f"{stem}.npz") as npz:
+        depth, conf = npz["depth"], npz["conf"]
+    assert depth.dtype == conf.dtype == np.float32 and depth.shape == conf.shape == (h, w)
+    assert (depth > 0).all() and (conf >= 1).all()
+    # larger = nearer in the PNG, larger = farther in the npz
+    assert metrics(1.0 / depth, inv)["pearson"] > 0.999
+    with Image.open(out / f"{stem}.preview.png") as preview:
+        assert preview.mode == "RGB" and preview.size == (w, h)
+    meta = json.loads((out / f"{stem}.json").read_text())
+    assert meta["random_init"] is True and "NOT a real model" in meta["warning"]
+    assert (
+        meta["source_size"] == [h, w] and meta["stages"] == stages and meta["precision"] == "fp16"
+    )
+    assert meta["depth"]["min"] == pytest.approx(float(depth.min()))
+    assert set(meta["timings_ms"]) == {"decode", "preprocess", "core", "postprocess"}
+    assert "da3-edge" in meta["versions"] and "ai-edge-litert" in meta["versions"]
+    return meta
+
+
+def test_mixed_batch_good_and_bad(small_models: Path, photos: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    bad = [str(photos / "bad" / name) for name in BAD]
+    proc = run_cli(
+        ["snap", str(photos / "good"), *bad, "--models", str(small_models), "-o", str(out)]
+    )
+    assert proc.returncode == 1, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("da3-edge: error:")]
+    assert len(errors) == len(BAD)
+    for name, message in BAD.items():
+        (line,) = [ln for ln in errors if f"/bad/{name}:" in ln]
+        assert message in line
+    assert proc.stderr.splitlines()[-1] == f"{len(GOOD)} written, {len(BAD)} failed"
+    assert proc.stderr.splitlines()[0].startswith(
+        "da3-edge: warning: these models have random-init weights"
+    )
+    for name, size in GOOD.items():
+        meta = _check_outputs(out, Path(name).stem, size)
+        assert meta["resized_to_nearest_shape"] is True and meta["shape_used"] == [140, 182]
+    assert json.loads((out / "exif-rotated.json").read_text())["exif_transposed"] is True
+    assert json.loads((out / "cmyk.json").read_text())["source_mode"] == "CMYK"
+    produced = {p.name for p in out.iterdir()}
+    assert produced == {f"{Path(n).stem}{s}" for n in GOOD for s in FILES}  # nothing for bad inputs
+
+
+def test_single_file_is_quiet_and_exact(small_models: Path, photos: Path, tmp_path: Path) -> None:
+    proc = run_cli(
+        [
+            "snap",
+            str(photos / "good" / "grey.png"),
+            "--models",
+            str(small_models),
+            "-o",
+            str(tmp_path),
+            "--format",
+            "npz,json",
+        ]
+    )
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "da3-edge: warning: these models have random-init weights: outputs are NOT a real model's depth (flagged in every .json)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grey.json", "grey.npz"]
+
+
+def test_stdin(small_models: Path, photos: Path, tmp_path: Path) -> None:
+    data = (photos / "good" / "wide-16x9.jpg").read_bytes()
+    proc = run_cli(["snap", "-", "--models", str(small_models), "-o", str(tmp_path)], stdin=data)
+    assert proc.returncode == 0, proc.stderr
+    meta = _check_outputs(tmp_path, "stdin", (360, 640))
+    assert meta["name"] == "stdin" and meta["source"] == "-"
+
+
+def test_same_stem_never_overwrites_another_input(
+    small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copy(photos / "good" / "grey.png", a / "photo.png")
+    shutil.copy(photos / "good" / "wide-16x9.jpg", b / "photo.jpg")
+    out = tmp_path / "out"
+    args = ["--models", str(small_models), "-o", str(out)]
+    assert run_cli(["snap", str(a / "photo.png"), str(b / "photo.jpg"), *args]).returncode == 0
+    assert json.loads((out / "photo.json").read_text())["source"] == str(
+        (a / "photo.png").resolve()
+    )
+    assert json.loads((out / "photo-2.json").read_text())["source"] == str(
+        (b / "photo.jpg").resolve()
+    )
+    # A later run of one of them rewrites its own files, not the other's.
+    assert run_cli(["snap", str(b / "photo.jpg"), *args]).returncode == 0
+    assert not (out / "photo-3.json").exists()
+    assert json.loads((out / "photo.json").read_text())["source"] == str(
+        (a / "photo.png").resolve()
+    )
+    # Files nobody claims (no sidecar) are left alone too.
+    (out / "other.depth.png").write_bytes(b"someone else's")
+    shutil.copy(photos / "good" / "grey.png", a / "other.png")
+    assert run_cli(["snap", str(a / "other.png"), *args]).returncode == 0
+    assert (out / "other.depth.png").read_bytes() == b"someone else's"
+    assert (out / "other-2.json").exists()
+
+
+def test_no_model_says_how_to_get_one(photos: Path, tmp_path: Path) -> None:
+    proc = run_cli(
+        [
+            "snap",
+            str(photos / "good" / "grey.png"),
+            "--models",
+            str(tmp_path / "none"),
+            "-o",
+            str(tmp_path),
+        ]
+    )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("da3-edge: error: no model in ") and "da3-edge export" in line
+
+
+def test_strict_shape_refuses_unexported_shapes(
+    small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    proc = run_cli(
+        [
+            "snap",
+            str(photos / "good" / "grey.png"),
+            "--strict-shape",
+            "--models",
+            str(small_models),
+            "-o",
+            str(tmp_path),
+        ]
+    )
+    assert proc.returncode == 1
+    assert "no fp16 model for 336x504 (have 140x182)" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "png,tiff"], "unknown format 'tiff'"),
+        (["--threads", "0"], "--threads must be at least 1"),
+        (["--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["--stages", "torch"], "invalid choice: 'torch'"),
+        (["-", "-"], "- (stdin) can be given once"),
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    proc = run_cli(["snap", "x.jpg", *args, "-o", str(tmp_path)])
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_read_only_output_dir(small_models: Path, photos: Path, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "ro", read_only=True) as ro:
+        proc = run_cli(
+            [
+                "snap",
+                str(photos / "good" / "grey.png"),
+                "--models",
+                str(small_models),
+                "-o",
+                str(ro / "out"),
+            ]
+        )
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert (
+        line == f"da3-edge: error: {ro / 'out'}: cannot write outputs here (Read-only file system)"
+    )
+
+
+def test_disk_full_leaves_no_partial_files(
+    small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    # ~1.3 MB per 600x400 photo with all outputs: the third or fourth one runs out.
+    with tmpfs(tmp_path / "full", size="3m") as full:
+        proc = run_cli(
+            ["snap", str(photos / "good"), "--models", str(small_models), "-o", str(full)]
+        )
+        assert proc.returncode == 1
+        failed = [ln for ln in proc.stderr.splitlines() if ln.startswith("da3-edge: error:")]
+        assert failed and all("No space left on device" in ln for ln in failed)
+        names = [p.name for p in full.iterdir()]
+        assert not [n for n in names if n.endswith(".tmp")]
+        stems = {n.split(".")[0] for n in names}
+        assert 0 < len(stems) < len(GOOD) - len(failed) + 1
+        for stem in stems:  # a frame's files are all there or none are
+            assert {f"{stem}{s}" for s in FILES} <= set(names), stem
+        for name in names:  # everything visible is complete and readable
+            path = full / name
+            if name.endswith(".npz"):
+                with np.load(path) as npz:
+                    assert npz["depth"].size > 0
+            elif name.endswith(".png"):
+                with Image.open(path) as im:
+                    im.load()
+            else:
+                json.loads(path.read_text())
