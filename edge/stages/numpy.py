@@ -1,9 +1,14 @@
-"""The default stages: Pillow resampling, numpy arithmetic, no torch.
+"""The default stages: numpy (and Pillow for the way back), no torch.
 
-Pillow's ``BOX`` filter is an exact area average (what OpenCV calls INTER_AREA, which
-DA3 uses to shrink); enlarging uses bicubic, as DA3 does. Normalisation is a lookup
-table per channel (uint8 -> normalised float32), which is cheaper than converting
-the image to float and doing the arithmetic.
+Preprocess is DA3's own resize (``edge.resample``: OpenCV's INTER_AREA / INTER_CUBIC
+semantics and DA3's two steps, written in numpy; within one uint8 level of DA3's
+reference) followed by a lookup table per channel (uint8 -> normalised float32),
+cheaper than converting the image to float and doing the arithmetic. When the core
+shape is not DA3's shape for the image (nearest-aspect fallback) it is one resize
+step with the same filter rule.
+
+Postprocess resizes depth and confidence to the source size with Pillow's bilinear
+filter on float32 images.
 """
 
 from __future__ import annotations
@@ -11,17 +16,13 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from edge import resample
+from edge.models import da3_shape
 from edge.stages import MEAN, STD
 
 _LUT = np.stack(
     [(np.arange(256, dtype=np.float64) / 255.0 - m) / s for m, s in zip(MEAN, STD, strict=True)]
 ).astype(np.float32)  # (3, 256)
-
-
-def resample_filter(src: tuple[int, int], dst: tuple[int, int]) -> Image.Resampling:
-    """DA3's choice: area when no side grows, bicubic when any side grows."""
-    grows = dst[0] > src[0] or dst[1] > src[1]
-    return Image.Resampling.BICUBIC if grows else Image.Resampling.BOX
 
 
 class NumpyStages:
@@ -31,8 +32,10 @@ class NumpyStages:
         h, w = shape
         src = (int(rgb.shape[0]), int(rgb.shape[1]))
         if src != (h, w):
-            image = Image.fromarray(rgb)
-            rgb = np.asarray(image.resize((w, h), resample_filter(src, (h, w))))
+            if da3_shape(*src) == (h, w):
+                rgb = resample.da3_resize(rgb, (h, w))
+            else:
+                rgb = resample.resize(rgb, (h, w))
         out = np.empty((1, 3, h, w), dtype=np.float32)
         for c in range(3):
             np.take(_LUT[c], rgb[:, :, c], out=out[0, c])
