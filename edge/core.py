@@ -10,12 +10,8 @@ context manager, and raises typed errors: ``ModelNotFound`` for a missing file,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,37 +20,9 @@ import numpy as np
 
 from edge import platform
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
+from edge.native import captured_stderr as _native_stderr
 
 log = logging.getLogger(__name__)
-ENV_LITERT_LOG = "DA3_EDGE_LITERT_LOG"
-
-
-@contextlib.contextmanager
-def _native_stderr(box: list[str]) -> Iterator[None]:
-    """Capture what LiteRT's C++ side writes to fd 2 while loading or unloading.
-
-    LiteRT prints ~20 INFO lines per model (accelerator registry, vendor plugins it
-    cannot find) and offers no switch for it. They are kept at DEBUG level in the
-    ``edge.core`` logger and quoted in load errors; ``DA3_EDGE_LITERT_LOG=1`` lets
-    them through untouched. Only model load and close are wrapped, never ``run``.
-    """
-    if os.environ.get(ENV_LITERT_LOG) == "1":
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode("utf-8", "replace")
-            box.append(text)
-            for line in text.splitlines():
-                log.debug("litert: %s", line)
 
 
 def _native_error(text: str) -> str:

@@ -206,6 +206,19 @@ class Manifest:
             f"{self.directory}: no {precision} model for {shape[0]}x{shape[1]} (have: {have})"
         )
 
+    def find_stage(self, kind: str, shape: tuple[int, int]) -> Artifact:
+        """The ExecuTorch ``pre`` or ``post`` program for a core shape."""
+        for artifact in self.artifacts:
+            if artifact.kind == kind and artifact.shape == shape:
+                return artifact
+        raise ModelNotFound(
+            f"{self.directory}: no ExecuTorch {kind}-processing program for "
+            f"{shape[0]}x{shape[1]}; export them with `da3-edge export` (without --no-stages)"
+        )
+
+    def stage_programs(self) -> list[Artifact]:
+        return sorted((a for a in self.artifacts if a.kind in ("pre", "post")), key=_order)
+
     def cores(self) -> list[Artifact]:
         return sorted((a for a in self.artifacts if a.kind == "core"), key=_order)
 

@@ -246,3 +246,54 @@ def test_disk_full_leaves_no_partial_files(
                     im.load()
             else:
                 json.loads(path.read_text())
+
+
+def test_executorch_stages_match_numpy(
+    export_env: Path, small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    """The Arm-style pipeline: same photos through .pte stages (ExecuTorch, XNNPACK)."""
+    np_out, et_out = tmp_path / "numpy", tmp_path / "executorch"
+    good = str(photos / "good")
+    assert run_cli(["snap", good, "--models", str(small_models), "-o", str(np_out)]).returncode == 0
+    proc = run_cli(
+        ["snap", good, "--stages", "executorch", "--models", str(small_models), "-o", str(et_out)],
+        python=export_env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not [ln for ln in proc.stderr.splitlines() if "cpuinfo" in ln]  # native chatter captured
+    worst = 1.0
+    for name, size in GOOD.items():
+        stem = Path(name).stem
+        _check_outputs(et_out, stem, size, stages="executorch")
+        with np.load(np_out / f"{stem}.npz") as a, np.load(et_out / f"{stem}.npz") as b:
+            r = metrics(np.log(a["depth"]), np.log(b["depth"]))["pearson"]
+        print(f"{name}: log-depth Pearson numpy vs executorch stages {r:.5f}")
+        worst = min(worst, r)
+    assert worst >= 0.995
+
+
+def test_executorch_stages_without_the_runtime_is_one_line(
+    small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    """The default install has no torch: asking for the ExecuTorch stages says what to install."""
+    probe = run_cli(["--version"])
+    assert probe.returncode == 0
+    proc = run_cli(
+        [
+            "snap",
+            str(photos / "good" / "grey.png"),
+            "--stages",
+            "executorch",
+            "--models",
+            str(small_models),
+            "-o",
+            str(tmp_path),
+        ]
+    )
+    if "No module named 'torch'" not in proc.stderr:
+        pytest.skip("torch is importable in this environment")
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("da3-edge: error: the executorch stages need the ExecuTorch runtime")
+    assert "--stages numpy" in line
+    assert list(tmp_path.iterdir()) == []

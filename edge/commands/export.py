@@ -70,6 +70,11 @@ def parser() -> argparse.ArgumentParser:
         help="with --save-weights: write the weights and stop, converting nothing",
     )
     p.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="skip the ExecuTorch pre/post-processing programs (.pte) for --stages executorch",
+    )
+    p.add_argument(
         "--no-verify",
         action="store_true",
         help="skip running each artifact against the official forward",
@@ -129,7 +134,9 @@ def main(args: Sequence[str] | None = None) -> int:
         print(f"saved weights: {target}", file=sys.stderr)
         if ns.weights_only:
             return 0
-    result = convert.export(filled, out, shapes, precisions, verify=not ns.no_verify)
+    result = convert.export(
+        filled, out, shapes, precisions, verify=not ns.no_verify, with_stages=not ns.no_stages
+    )
     print(
         f"wrote {len(result.artifacts)} artifacts to {out} in {result.seconds:.0f} s"
         + (" (random-init: not a real model)" if filled.random_init else "")

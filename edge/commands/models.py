@@ -7,14 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from edge.errors import EdgeError
-from edge.models import Manifest, resolve_models_dir
+from edge.models import Artifact, Manifest, resolve_models_dir
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="da3-edge models",
         description="List the models in a model directory; with --verify, check each "
-        "file's size and SHA-256 and load it with LiteRT.",
+        "file's size and SHA-256 and load each core model with LiteRT.",
     )
     p.add_argument(
         "--models",
@@ -25,30 +25,42 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check(manifest: Manifest, artifact: Artifact) -> None:
+    path = manifest.verify(artifact)
+    if artifact.kind == "core":
+        from edge.core import Core
+
+        with Core(path, threads=1) as core:
+            if core.shape != artifact.shape:
+                raise EdgeError(f"{path}: takes {core.shape}, manifest says {artifact.shape}")
+
+
+def _line(artifact: Artifact) -> str:
+    shape = f"{artifact.shape[0]}x{artifact.shape[1]}"
+    if artifact.kind == "core":
+        flag = "  RANDOM-INIT (not a real model)" if artifact.random_init else ""
+        label = f"{shape} {artifact.precision}"
+        return f"  {label:<16} {artifact.bytes / 1e6:7.1f} MB  {artifact.file}{flag}"
+    label = f"{artifact.kind} {shape}"
+    return f"  {label:<16} {artifact.bytes / 1e3:7.1f} kB  {artifact.file}"
+
+
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     directory = resolve_models_dir(ns.models)
     manifest = Manifest.load(directory)
     print(f"{directory} ({manifest.model})")
     failures = 0
-    for artifact in manifest.cores():
-        flag = "  RANDOM-INIT (not a real model)" if artifact.random_init else ""
-        line = f"  {artifact.name:<16} {artifact.bytes / 1e6:7.1f} MB  {artifact.file}{flag}"
+    for artifact in [*manifest.cores(), *manifest.stage_programs()]:
+        line = _line(artifact)
         if ns.verify:
             try:
-                from edge.core import Core
-
-                path = manifest.verify(artifact)
-                with Core(path, threads=1) as core:
-                    if core.shape != artifact.shape:
-                        raise EdgeError(
-                            f"{path}: takes {core.shape}, manifest says {artifact.shape}"
-                        )
-                line += "  ok"
+                _check(manifest, artifact)
             except EdgeError as exc:
                 failures += 1
                 print(line + "  FAILED", flush=True)
                 print(f"da3-edge: error: {exc}", file=sys.stderr)
                 continue
+            line += "  ok"
         print(line)
     return 1 if failures else 0

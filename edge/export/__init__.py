@@ -20,6 +20,7 @@ _NEEDED = (
     "einops",
     "omegaconf",
     "addict",
+    "executorch",
 )
 INSTALL_HINT = (
     "install the export environment: scripts/setup-export-env.sh "

@@ -116,6 +116,7 @@ def export(
     precisions: Sequence[str],
     *,
     verify: bool = True,
+    with_stages: bool = True,
     progress: Progress | None = None,
 ) -> ExportResult:
     """Convert ``weights`` for every shape and precision into ``out``."""
@@ -198,7 +199,72 @@ def export(
                 f"({time.monotonic() - t1:.1f} s)"
             )
         del fp32
+        if with_stages:
+            written += _export_stages(shape, out, manifest, weights, versions, prefix, say)
     return ExportResult(written, time.monotonic() - start)
+
+
+STAGE_TOLERANCE = 1e-3  # max |d| between a .pte and eager PyTorch (normalised units / depth)
+
+
+def stage_name(kind: str, shape: tuple[int, int]) -> str:
+    return f"{MODEL_NAME}_{kind}_{shape[0]}x{shape[1]}.pte"
+
+
+def _export_stages(
+    shape: tuple[int, int],
+    out: Path,
+    manifest: Manifest,
+    weights: Weights,
+    versions: dict[str, str],
+    prefix: str,
+    say: Progress,
+) -> list[Artifact]:
+    from edge.export import stages
+
+    made = []
+    for kind, build in (("pre", stages.pre_program), ("post", stages.post_program)):
+        t0 = time.monotonic()
+        data = build(shape)
+        name = stage_name(kind, shape)
+        tmp = out / f".{name}.verify"
+        atomic.write_bytes(tmp, data)
+        try:
+            worst = stages.check(tmp, kind, shape)
+            if worst > STAGE_TOLERANCE:
+                raise EdgeError(
+                    f"{name}: differs from eager PyTorch by {worst:.2e} (limit {STAGE_TOLERANCE})"
+                )
+            tmp.replace(out / name)
+        finally:
+            tmp.unlink(missing_ok=True)
+        artifact = Artifact(
+            file=name,
+            kind=kind,
+            shape=shape,
+            precision="fp32",
+            bytes=len(data),
+            sha256=sha256_file(out / name),
+            provenance={
+                "model": MODEL_NAME,
+                # Stage programs hold no weights; they are tied to the core shape only.
+                "weights": "none",
+                "random_init": False,
+                "max_side": stages.MAX_SIDE,
+                "versions": versions,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "verify": {"max_abs": worst},
+            },
+        )
+        manifest.upsert(artifact)
+        manifest.save()
+        made.append(artifact)
+        seconds = time.monotonic() - t0
+        say(
+            f"{prefix}: {kind} program {len(data) / 1e3:.1f} kB, "
+            f"max |d| {worst:.1e} ({seconds:.1f} s)"
+        )
+    return made
 
 
 def _check_same_weights(manifest: Manifest, weights: Weights) -> None:
