@@ -21,6 +21,7 @@ COMMANDS = {
         "edge.commands.export",
         "convert DA3-small weights to LiteRT models (needs the export environment)",
     ),
+    "run": ("edge.commands.run", "the camera daemon: continuous capture -> relative-depth frames"),
     "models": (
         "edge.commands.models",
         "list the models in a model directory and check their hashes",

@@ -1,0 +1,62 @@
+"""Camera sources behind one small protocol, each a context manager.
+
+``open_source(spec)`` turns a SPEC string into a source:
+
+- ``picamera2`` — the Raspberry Pi camera (libcamera via picamera2, from apt);
+- ``opencv[:INDEX]`` — a USB/UVC or Mac camera through OpenCV (default index 0);
+- ``replay:PATH[@FPS][:once]`` — images from a directory (sorted) or a video file,
+  at FPS (default 5), looping unless ``:once``;
+- ``fake[:SCRIPT]`` — synthetic frames with scriptable faults (see ``edge.camera.fake``).
+
+picamera2 and OpenCV are imported only by their own source, and a missing one is a
+one-line error saying what to install.
+"""
+
+from __future__ import annotations
+
+from edge.camera.base import CameraError, CameraTimeout, Frame, Source
+from edge.errors import UsageError
+
+
+def open_source(spec: str, *, width: int = 1280, height: int = 720, timeout: float = 2.0) -> Source:
+    """A (not yet opened) source for SPEC; raises UsageError for a bad SPEC."""
+    kind, _, rest = spec.partition(":")
+    if kind == "fake":
+        from edge.camera.fake import FakeCamera
+
+        return FakeCamera(rest, width=width, height=height)
+    if kind == "replay":
+        from edge.camera.replay import ReplaySource
+
+        if not rest:
+            raise UsageError("replay needs a path: replay:PATH[@FPS][:once]")
+        once = rest.endswith(":once")
+        if once:
+            rest = rest[: -len(":once")]
+        path, _, fps_text = rest.rpartition("@") if "@" in rest else (rest, "", "")
+        try:
+            fps = float(fps_text) if fps_text else 5.0
+        except ValueError:
+            raise UsageError(f"replay fps {fps_text!r} is not a number") from None
+        if fps <= 0:
+            raise UsageError("replay fps must be positive")
+        return ReplaySource(path, fps=fps, loop=not once)
+    if kind == "opencv":
+        from edge.camera.opencv import OpenCVSource
+
+        try:
+            index = int(rest) if rest else 0
+        except ValueError:
+            raise UsageError(f"opencv camera index {rest!r} is not a number") from None
+        return OpenCVSource(index, width=width, height=height, timeout=timeout)
+    if kind == "picamera2":
+        from edge.camera.picamera2 import Picamera2Source
+
+        return Picamera2Source(width=width, height=height, timeout=timeout)
+    raise UsageError(
+        f"unknown source {spec!r} (use picamera2, opencv[:INDEX], replay:PATH[@FPS][:once] "
+        "or fake[:SCRIPT])"
+    )
+
+
+__all__ = ["CameraError", "CameraTimeout", "Frame", "Source", "open_source"]

@@ -1,0 +1,239 @@
+"""The daemon's configuration: one TOML file, validated, every error naming its key.
+
+The shipped default (``edge/data/da3-edge.toml``) documents every key and the flag
+that overrides it. ``load`` reads a file over those defaults; an unknown key, a wrong
+type or a bad value raises ``ConfigError`` naming ``section.key`` and, when it can be
+found, the line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from edge.errors import EdgeError
+
+FORMATS = ("png", "npz", "preview", "json")
+PRECISIONS = ("fp32", "fp16", "int8")
+STAGES = ("numpy", "executorch")
+
+
+class ConfigError(EdgeError, ValueError):
+    """A configuration file or value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    source: str = "picamera2"
+    width: int = 1280
+    height: int = 720
+    timeout: float = 2.0
+    stall_after: float = 10.0
+    backoff_min: float = 0.5
+    backoff_max: float = 30.0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    dir: str = ""
+    precision: str = "fp16"
+    stages: str = "numpy"
+    threads: int = 0
+    weight_cache: str = ""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    dir: str = ""
+    keep_frames: int = 100
+    max_bytes: int = 268435456
+    formats: tuple[str, ...] = FORMATS
+    persist_dir: str = ""
+    persist_every: float = 60.0
+    persist_keep: int = 100
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    stuck_after: float = 20.0
+    status_every: float = 5.0
+
+
+@dataclass(frozen=True)
+class Config:
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    path: str | None = None
+
+
+SECTIONS: dict[str, type] = {
+    "camera": CameraConfig,
+    "model": ModelConfig,
+    "store": StoreConfig,
+    "daemon": DaemonConfig,
+}
+
+
+def default_text() -> str:
+    return resources.files("edge").joinpath("data/da3-edge.toml").read_text()
+
+
+def _line_of(text: str, section: str, key: str | None) -> int | None:
+    current = None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.match(r"^\[\s*([A-Za-z0-9_.-]+)\s*\]", stripped)
+        if header:
+            current = header.group(1)
+            if key is None and current == section:
+                return number
+            continue
+        if key is not None and current == section and re.match(rf"^{re.escape(key)}\s*=", stripped):
+            return number
+    return None
+
+
+def _where(path: str | None, text: str, section: str, key: str | None = None) -> str:
+    name = f"{section}.{key}" if key else section
+    line = _line_of(text, section, key) if text else None
+    place = f"{path or 'config'}" + (f":{line}" if line else "")
+    return f"{place}: {name}"
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, not {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, not {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, not {value!r}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, not {value!r}")
+        return value
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings, not {value!r}")
+        return tuple(value)
+    raise ConfigError(f"{where}: unsupported value {value!r}")  # pragma: no cover
+
+
+def parse(text: str, path: str | None = None) -> Config:
+    """A Config from TOML text over the defaults; ConfigError on anything wrong."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path or 'config'}: not valid TOML ({exc})") from None
+    sections: dict[str, Any] = {}
+    for name, value in data.items():
+        if name not in SECTIONS:
+            raise ConfigError(
+                f"{_where(path, text, name)}: unknown section (use {', '.join(SECTIONS)})"
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"{_where(path, text, name)}: must be a [{name}] table")
+        cls = SECTIONS[name]
+        defaults = cls()
+        values = {}
+        for key, raw in value.items():
+            if not hasattr(defaults, key):
+                known = ", ".join(defaults.__dataclass_fields__)
+                raise ConfigError(f"{_where(path, text, name, key)}: unknown key (known: {known})")
+            values[key] = _coerce(raw, getattr(defaults, key), _where(path, text, name, key))
+        sections[name] = cls(**values)
+    config = Config(**sections, path=path)
+    validate(config, text)
+    return config
+
+
+def validate(config: Config, text: str = "") -> None:
+    """Value checks (ranges, choices), each naming its key."""
+    path = config.path
+
+    def fail(section: str, key: str, message: str) -> None:
+        raise ConfigError(f"{_where(path, text, section, key)} {message}")
+
+    cam, model, store, daemon = config.camera, config.model, config.store, config.daemon
+    from edge.camera import open_source
+    from edge.errors import UsageError
+
+    try:
+        open_source(cam.source, width=cam.width, height=cam.height, timeout=cam.timeout)
+    except UsageError as exc:
+        fail("camera", "source", f"is not a usable source: {exc}")
+    for key in ("width", "height"):
+        if getattr(cam, key) < 16:
+            fail("camera", key, "must be at least 16")
+    for key in ("timeout", "stall_after", "backoff_min", "backoff_max"):
+        if getattr(cam, key) <= 0:
+            fail("camera", key, "must be positive")
+    if cam.backoff_max < cam.backoff_min:
+        fail("camera", "backoff_max", "must be at least backoff_min")
+    if model.precision not in PRECISIONS:
+        fail(
+            "model", "precision", f"must be one of {', '.join(PRECISIONS)}, not {model.precision!r}"
+        )
+    if model.stages not in STAGES:
+        fail("model", "stages", f"must be one of {', '.join(STAGES)}, not {model.stages!r}")
+    if model.threads < 0:
+        fail("model", "threads", "must be 0 (auto) or more")
+    if store.keep_frames < 1:
+        fail("store", "keep_frames", "must be at least 1")
+    if store.max_bytes < 1_000_000:
+        fail("store", "max_bytes", "must be at least 1000000")
+    bad = [f for f in store.formats if f not in FORMATS]
+    if bad:
+        fail("store", "formats", f"has unknown format(s) {bad} (use {', '.join(FORMATS)})")
+    if store.persist_every <= 0:
+        fail("store", "persist_every", "must be positive")
+    if store.persist_keep < 1:
+        fail("store", "persist_keep", "must be at least 1")
+    if daemon.stuck_after < 2 * cam.timeout:
+        fail(
+            "daemon", "stuck_after", f"must be at least twice camera.timeout ({2 * cam.timeout:g})"
+        )
+    if daemon.status_every <= 0:
+        fail("daemon", "status_every", "must be positive")
+
+
+def load(path: str | os.PathLike[str] | None) -> Config:
+    """The defaults, or a file over them."""
+    if path is None:
+        return Config()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the config ({exc.strerror or exc})") from None
+    return parse(text, str(p))
+
+
+def with_overrides(config: Config, **flags: Any) -> Config:
+    """Command-line flags over the file: ``source``, ``store``, ``models``,
+    ``precision``, ``stages``, ``threads`` (None = not given)."""
+    camera, model, store = config.camera, config.model, config.store
+    if flags.get("source") is not None:
+        camera = replace(camera, source=flags["source"])
+    if flags.get("models") is not None:
+        model = replace(model, dir=flags["models"])
+    for key in ("precision", "stages", "threads"):
+        if flags.get(key) is not None:
+            model = replace(model, **{key: flags[key]})
+    if flags.get("store") is not None:
+        store = replace(store, dir=flags["store"])
+    out = replace(config, camera=camera, model=model, store=store)
+    validate(out)
+    return out
