@@ -18,9 +18,12 @@ import platform as _platform
 import subprocess
 from dataclasses import dataclass
 
-# XNNPACK delegate flag (tensorflow/lite/delegates/xnnpack/xnnpack_delegate.h):
-# TFLITE_XNNPACK_DELEGATE_FLAG_FORCE_FP16 = 0x4.
+# XNNPACK delegate flags (tensorflow/lite/delegates/xnnpack/xnnpack_delegate.h):
+# QS8 = 0x1, QU8 = 0x2 (the int8 paths), FORCE_FP16 = 0x4.
+XNNPACK_FLAG_QS8 = 0x1
+XNNPACK_FLAG_QU8 = 0x2
 XNNPACK_FLAG_FORCE_FP16 = 0x4
+XNNPACK_FLAGS_FP16 = XNNPACK_FLAG_QS8 | XNNPACK_FLAG_QU8 | XNNPACK_FLAG_FORCE_FP16
 ENV_FP16 = "DA3_EDGE_FP16_ARITHMETIC"
 
 

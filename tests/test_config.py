@@ -1,0 +1,69 @@
+"""The daemon's config: the shipped default, validation naming key and line, flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge import config
+
+
+def test_shipped_default_is_the_built_in_default() -> None:
+    parsed = config.parse(config.default_text(), "default.toml")
+    assert parsed.camera == config.CameraConfig()
+    assert parsed.model == config.ModelConfig()
+    assert parsed.store == config.StoreConfig()
+    assert parsed.daemon == config.DaemonConfig()
+
+
+def test_every_key_is_documented_with_its_flag() -> None:
+    text = config.default_text()
+    for section, cls in config.SECTIONS.items():
+        assert f"[{section}]" in text
+        for key in cls.__dataclass_fields__:
+            assert f"\n{key} = " in text, key
+    for flag in ("--source", "--models", "--precision", "--stages", "--threads", "--store"):
+        assert flag in text, flag
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[camera]\nfps = 3\n", "c.toml:2: camera.fps: unknown key"),
+        ("[camera]\nwidth = 'x'\n", "c.toml:2: camera.width must be an integer"),
+        ("[camera]\ntimeout = -1\n", "c.toml:2: camera.timeout must be positive"),
+        ("\n[model]\nprecision = 'fp8'\n", "c.toml:3: model.precision must be one of"),
+        ("[cam]\n", "c.toml:1: cam: unknown section"),
+        ("[store]\nformats = ['tiff']\n", "c.toml:2: store.formats has unknown format(s)"),
+        ("[camera]\nsource = 'usb'\n", "c.toml:2: camera.source is not a usable source"),
+        ("[camera]\nsource = 'fake:explode'\n", "unknown step"),
+        (
+            "[camera]\nbackoff_min = 5.0\nbackoff_max = 1.0\n",
+            "c.toml:3: camera.backoff_max must be at least backoff_min",
+        ),
+        (
+            "[daemon]\nstuck_after = 1.0\n",
+            "daemon.stuck_after must be at least twice camera.timeout",
+        ),
+        ("x = [", "c.toml: not valid TOML"),
+    ],
+)
+def test_bad_values_name_the_key_and_line(text: str, message: str) -> None:
+    with pytest.raises(config.ConfigError) as info:
+        config.parse(text, "c.toml")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_flags_override_the_file() -> None:
+    base = config.parse("[model]\nprecision = 'fp32'\n[camera]\nsource = 'fake'\n", "c.toml")
+    out = config.with_overrides(
+        base, source="replay:/x@2", precision="int8", store="/tmp/s", threads=None
+    )
+    assert (
+        out.camera.source == "replay:/x@2"
+        and out.model.precision == "int8"
+        and out.store.dir == "/tmp/s"
+    )
+    assert out.model.threads == 0  # not given: the file's (default) value stays
+    with pytest.raises(config.ConfigError, match=r"camera\.source"):
+        config.with_overrides(base, source="nope")
