@@ -58,27 +58,37 @@ def _colormap_lut() -> np.ndarray:
 COLORMAP = _colormap_lut()
 
 
+# zlib level 1: measured on a 1200x1600 map, the 16-bit PNG encodes in 50 ms instead
+# of 176 ms (level 6) for a 25% larger file, the preview in 43 ms instead of 83 ms.
+# A camera daemon writes several a second into RAM; speed wins.
+PNG_LEVEL = 1
+
+
 def inverse_normalised(depth: np.ndarray) -> np.ndarray:
-    """1 / depth scaled to 0..1 per image (1 = nearest). A flat map gives zeros."""
-    inv = 1.0 / np.maximum(depth.astype(np.float64), 1e-12)
+    """1 / depth scaled to 0..1 per image (1 = nearest), float32. A flat map gives zeros."""
+    inv: np.ndarray = np.reciprocal(np.maximum(depth, np.float32(1e-12), dtype=np.float32))
     lo, hi = float(inv.min()), float(inv.max())
     if not np.isfinite(lo) or not np.isfinite(hi) or hi <= lo:
-        return np.zeros(depth.shape, dtype=np.float64)
-    return (inv - lo) / (hi - lo)
+        return np.zeros(depth.shape, dtype=np.float32)
+    inv -= np.float32(lo)
+    inv *= np.float32(1.0 / (hi - lo))
+    return inv
 
 
-def depth_png(depth: np.ndarray) -> bytes:
-    values = np.round(inverse_normalised(depth) * 65535.0).astype(np.uint16)
+def _png(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    Image.fromarray(values).save(buf, format="PNG")
+    Image.fromarray(array).save(buf, format="PNG", compress_level=PNG_LEVEL)
     return buf.getvalue()
 
 
-def preview_png(depth: np.ndarray) -> bytes:
-    index = np.round(inverse_normalised(depth) * 255.0).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(COLORMAP[index]).save(buf, format="PNG")
-    return buf.getvalue()
+def depth_png(depth: np.ndarray, inv: np.ndarray | None = None) -> bytes:
+    inv = inverse_normalised(depth) if inv is None else inv
+    return _png(np.rint(inv * np.float32(65535.0)).astype(np.uint16))
+
+
+def preview_png(depth: np.ndarray, inv: np.ndarray | None = None) -> bytes:
+    inv = inverse_normalised(depth) if inv is None else inv
+    return _png(COLORMAP[np.rint(inv * np.float32(255.0)).astype(np.uint8)])
 
 
 def npz_bytes(frame: DepthFrame) -> bytes:
@@ -113,10 +123,12 @@ def render(
     frame: DepthFrame, formats: Iterable[str], extra: dict[str, Any] | None = None
 ) -> dict[str, bytes]:
     """The bytes of each requested output, keyed by format."""
+    formats = list(formats)
+    inv = inverse_normalised(frame.depth) if {"png", "preview"} & set(formats) else None
     makers = {
-        "png": lambda: depth_png(frame.depth),
+        "png": lambda: depth_png(frame.depth, inv),
         "npz": lambda: npz_bytes(frame),
-        "preview": lambda: preview_png(frame.depth),
+        "preview": lambda: preview_png(frame.depth, inv),
         "json": lambda: sidecar(frame, extra),
     }
     return {fmt: makers[fmt]() for fmt in formats}

@@ -1,0 +1,219 @@
+"""Benchmarks: the pipeline's latency per stage, load and cold start, peak memory.
+
+Everything reported in one run comes from that run (ratios between configurations
+are measured side by side, never against numbers from elsewhere). Used by
+``da3-edge bench``; ``scripts/compare_pytorch.py`` reuses ``cold_still``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import platform as _platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from edge import __version__, frames, images
+from edge import platform as edge_platform
+from edge.errors import EdgeError
+
+STAGES = ("decode", "preprocess", "core", "postprocess", "write")
+
+
+def synthetic_jpeg(height: int = 1200, width: int = 1600, seed: int = 0) -> bytes:
+    """A photo-like JPEG (smooth shapes, texture, noise) of the given size."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    rgb = np.stack(
+        [
+            120
+            + 80 * np.sin(xx / (90 + 30 * c) + c) * np.cos(yy / (70 + 20 * c))
+            + 30 * np.sin((xx + yy) / 13.0)
+            for c in range(3)
+        ],
+        axis=2,
+    )
+    rgb += rng.normal(0, 6, rgb.shape)
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return {
+        "p50": statistics.median(ordered),
+        "p90": pick(0.90),
+        "p99": pick(0.99),
+        "mean": statistics.fmean(ordered),
+        "min": ordered[0],
+    }
+
+
+@dataclass
+class RunResult:
+    precision: str
+    stages: str
+    threads: int
+    load_ms: float
+    samples_ms: dict[str, list[float]] = field(default_factory=dict)
+    error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        if self.error:
+            return {
+                "precision": self.precision,
+                "stages": self.stages,
+                "threads": self.threads,
+                "error": self.error,
+            }
+        total = self.samples_ms["total"]
+        return {
+            "precision": self.precision,
+            "stages": self.stages,
+            "threads": self.threads,
+            "load_ms": round(self.load_ms, 2),
+            "total_ms": {k: round(v, 2) for k, v in percentiles(total).items()},
+            "images_per_s": round(1000.0 / statistics.fmean(total), 3),
+            "stage_p50_ms": {s: round(statistics.median(self.samples_ms[s]), 2) for s in STAGES},
+        }
+
+
+def run_pipeline(
+    models: Path | None,
+    image: bytes,
+    precision: str,
+    stages: str,
+    threads: int,
+    iterations: int,
+    warmup: int,
+) -> RunResult:
+    """Warm-up, then ``iterations`` full passes: decode, preprocess, core,
+    postprocess, write (render + write all formats into a temporary directory)."""
+    from edge.pipeline import Pipeline
+
+    t0 = time.perf_counter()
+    try:
+        pipe = Pipeline.load(models, precision=precision, stages=stages, threads=threads)
+        still = images.load(image, name="bench")
+        pipe.core(pipe.choose(still.size)[1])  # open (and hash-check) the model
+    except EdgeError as exc:
+        return RunResult(precision, stages, threads, 0.0, error=str(exc))
+    load_ms = (time.perf_counter() - t0) * 1000
+    result = RunResult(precision, stages, threads, load_ms, {s: [] for s in (*STAGES, "total")})
+    out = Path(tempfile.mkdtemp(prefix="da3-edge-bench-"))
+    try:
+        with pipe:
+            for i in range(warmup + iterations):
+                t_start = time.perf_counter()
+                still = images.load(image, name="bench")
+                t_decoded = time.perf_counter()
+                frame = pipe.run(still, decode_ms=(t_decoded - t_start) * 1000)
+                t_run = time.perf_counter()
+                frames.write(frame, out, "bench", frames.FORMATS, durable=False)
+                t_end = time.perf_counter()
+                if i < warmup:
+                    continue
+                for stage in ("decode", "preprocess", "core", "postprocess"):
+                    result.samples_ms[stage].append(frame.timings_ms[stage])
+                result.samples_ms["write"].append((t_end - t_run) * 1000)
+                result.samples_ms["total"].append((t_end - t_start) * 1000)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+# Run by a fresh, small interpreter: it spawns the command and reports that child's
+# own rusage. Forking the command straight from the benchmark process would not do:
+# a child's ru_maxrss includes the pages it shared with its parent before exec, so
+# it showed the benchmark's own size (452 MiB, 809 MiB with torch loaded) instead of
+# the command's (365 MiB).
+_SPAWN = """
+import json, os, sys, time
+start = time.perf_counter()
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "seconds": time.perf_counter() - start,
+                  "maxrss": usage.ru_maxrss}))
+"""
+
+
+def cold_still(argv: list[str], cwd: Path | None = None) -> dict[str, float]:
+    """Run ``argv`` (absolute executable first) in a fresh process; its wall seconds
+    and peak RSS in MiB."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SPAWN, *argv], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    try:
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise EdgeError(f"cold start measurement failed: {proc.stderr.strip()[-300:]}") from None
+    if report["code"] != 0:
+        raise EdgeError(
+            f"{' '.join(argv[:4])}... exited {report['code']}: {proc.stderr.strip()[-300:]}"
+        )
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024
+    return {"seconds": report["seconds"], "peak_rss_mib": report["maxrss"] / scale}
+
+
+def machine_info() -> dict[str, Any]:
+    feats = edge_platform.cpu_features()
+    info: dict[str, Any] = {
+        "cpu": feats.as_dict(),
+        "system": _platform.system(),
+        "release": _platform.release(),
+        "python": _platform.python_version(),
+        "fp16_arithmetic_policy": edge_platform.fp16_arithmetic(),
+        "versions": frames.versions(),
+        "da3_edge": __version__,
+        "git_revision": git_revision(),
+    }
+    temp = Path("/sys/class/thermal/thermal_zone0/temp")
+    if temp.exists():
+        with contextlib.suppress(OSError, ValueError):
+            info["temperature_c"] = int(temp.read_text().strip()) / 1000
+    if shutil.which("vcgencmd"):
+        out = subprocess.run(
+            ["vcgencmd", "get_throttled"], capture_output=True, text=True, check=False
+        )
+        info["throttled"] = out.stdout.strip()  # e.g. throttled=0x0; bits: see Raspberry Pi docs
+    return info
+
+
+def git_revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists() or shutil.which("git") is None:
+        return "unknown"
+    out = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return (out.stdout.strip() or "unknown") + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def to_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"

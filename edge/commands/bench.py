@@ -1,0 +1,215 @@
+"""``da3-edge bench``: how fast and how big, on this machine, with these models.
+
+Per configuration (precision x stages backend x threads): warm-up, then N full
+passes over one image (decode, preprocess, core, postprocess, write), p50/p90/p99,
+images/s and the per-stage p50; the load time (manifest, hash check, model open);
+and once per precision the cold start and peak RSS of a fresh ``da3-edge snap``
+process on the same image. ``--json`` adds the raw samples, the machine (CPU model
+and features; on a Pi, temperature and throttling), versions and git revision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edge.errors import UsageError
+from edge.models import PRECISIONS, Manifest, resolve_models_dir
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge bench",
+        description="Benchmark the pipeline: latency per stage, load and cold start, "
+        "peak RSS, for every installed precision, both stage backends and a thread sweep.",
+    )
+    p.add_argument(
+        "--models", metavar="DIR", help="model directory (default: $DA3_EDGE_MODELS, else XDG)"
+    )
+    p.add_argument(
+        "--image", metavar="PATH", help="input image (default: a synthetic 1200x1600 JPEG)"
+    )
+    p.add_argument(
+        "-n",
+        "--iterations",
+        type=int,
+        default=10,
+        metavar="N",
+        help="timed runs per configuration (default 10)",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)"
+    )
+    p.add_argument(
+        "--threads",
+        default=None,
+        metavar="LIST",
+        help="thread counts to sweep, e.g. 1,2,4 (default: 1 and all cores up to 4)",
+    )
+    p.add_argument(
+        "--precision",
+        default=None,
+        metavar="LIST",
+        help="precisions (default: every one installed)",
+    )
+    p.add_argument(
+        "--stages",
+        default="numpy,executorch",
+        metavar="LIST",
+        help="stage backends (default: numpy,executorch; unavailable ones are reported, not fatal)",
+    )
+    p.add_argument(
+        "--no-cold",
+        action="store_true",
+        help="skip the fresh-process cold start / peak RSS measurement",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print JSON with raw samples instead of the table"
+    )
+    return p
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{what} must be a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{what} must be positive")
+    return values
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    from edge import bench, platform
+
+    if ns.iterations < 1 or ns.warmup < 0:
+        raise UsageError("--iterations must be at least 1 and --warmup at least 0")
+    models = resolve_models_dir(ns.models)
+    manifest = Manifest.load(models)
+    installed = sorted({a.precision for a in manifest.cores()}, key=PRECISIONS.index)
+    precisions = installed if ns.precision is None else [p.strip() for p in ns.precision.split(",")]
+    for p in precisions:
+        if p not in installed:
+            raise UsageError(
+                f"precision {p!r} is not installed in {models} (have {', '.join(installed)})"
+            )
+    cores = platform.cpu_features().cores
+    threads = _ints(ns.threads, "--threads") if ns.threads else sorted({1, min(4, cores)})
+    stage_names = [s.strip() for s in ns.stages.split(",") if s.strip()]
+    for s in stage_names:
+        if s not in ("numpy", "executorch"):
+            raise UsageError(f"unknown stages backend {s!r}")
+    if ns.image:
+        image = Path(ns.image).read_bytes()
+        image_label = ns.image
+    else:
+        image = bench.synthetic_jpeg()
+        image_label = "synthetic 1200x1600 JPEG"
+    random_init = any(a.random_init for a in manifest.cores())
+
+    runs: list[bench.RunResult] = []
+    total = len(precisions) * len(stage_names) * len(threads)
+    n = 0
+    for precision in precisions:
+        for stages in stage_names:
+            for t in threads:
+                n += 1
+                print(
+                    f"[{n}/{total}] {precision} {stages} threads={t}...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                runs.append(
+                    bench.run_pipeline(
+                        models, image, precision, stages, t, ns.iterations, ns.warmup
+                    )
+                )
+    cold: dict[str, Any] = {}
+    if not ns.no_cold:
+        with tempfile.TemporaryDirectory(prefix="da3-edge-cold-") as tmp:
+            src = Path(tmp) / "image.jpg"
+            src.write_bytes(image)
+            for precision in precisions:
+                print(f"cold start: snap --precision {precision}...", file=sys.stderr, flush=True)
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "edge",
+                    "snap",
+                    str(src),
+                    "-o",
+                    tmp,
+                    "--models",
+                    str(models),
+                    "--precision",
+                    precision,
+                ]
+                cold[precision] = bench.cold_still(argv)
+    data: dict[str, Any] = {
+        "image": image_label,
+        "models": str(models),
+        "random_init": random_init,
+        "iterations": ns.iterations,
+        "warmup": ns.warmup,
+        "machine": bench.machine_info(),
+        "runs": [r.summary() | ({"samples_ms": r.samples_ms} if ns.json else {}) for r in runs],
+        "cold_still": cold,
+    }
+    if ns.json:
+        sys.stdout.write(bench.to_json(data))
+        return 0
+    print(render_table(data))
+    return 0
+
+
+COLUMNS = ("decode", "preprocess", "core", "postprocess", "write")
+
+
+def _features(cpu: dict[str, Any]) -> str:
+    names = [k for k in ("fp16", "dotprod", "i8mm", "sme") if cpu[k]]
+    return ", ".join(names) or "none of fp16/dotprod/i8mm/sme"
+
+
+def _row(run: dict[str, Any]) -> str:
+    key = f"{run['precision']:<9} {run['stages']:<10} {run['threads']:>3}"
+    if "error" in run:
+        return f"{key}  unavailable: {run['error']}"
+    t, st = run["total_ms"], run["stage_p50_ms"]
+    totals = f"{run['load_ms']:>7.0f} {t['p50']:>7.1f} {t['p90']:>7.1f} {t['p99']:>7.1f}"
+    stages = " ".join(f"{st[s]:>7.1f}" for s in COLUMNS)
+    return f"{key} {totals} {run['images_per_s']:>6.2f}   {stages}"
+
+
+def render_table(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    cpu = m["cpu"]
+    lines = [
+        f"da3-edge {m['da3_edge']} ({m['git_revision']}) on {cpu['model']} "
+        f"({cpu['machine']}, {cpu['cores']} cores; {_features(cpu)})",
+        f"image: {data['image']}; {data['iterations']} runs after {data['warmup']} warm-up"
+        + ("; RANDOM-INIT models (speed only)" if data["random_init"] else ""),
+    ]
+    if "temperature_c" in m:
+        throttled = f", {m['throttled']}" if "throttled" in m else ""
+        lines.append(f"temperature {m['temperature_c']:.1f} C{throttled}")
+    lines.append("")
+    head = (
+        f"{'precision':<9} {'stages':<10} {'thr':>3} {'load':>7} {'p50':>7} {'p90':>7} {'p99':>7}"
+    )
+    head += f" {'img/s':>6}   " + " ".join(
+        f"{s[:7]:>7}" for s in ("decode", "pre", "core", "post", "write")
+    )
+    lines += [head + "   (ms)", "-" * len(head)]
+    lines += [_row(run) for run in data["runs"]]
+    if data["cold_still"]:
+        cold = "; ".join(
+            f"{p} {v['seconds']:.2f} s, peak RSS {v['peak_rss_mib']:.0f} MiB"
+            for p, v in data["cold_still"].items()
+        )
+        lines += ["", f"cold still (fresh `da3-edge snap` process, one image): {cold}"]
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""`da3-edge bench` on the small random-init models, short settings, both envs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edge import bench
+
+from .conftest import run_cli
+
+
+def test_bench_json_runtime_env(small_models: Path) -> None:
+    proc = run_cli(
+        [
+            "bench",
+            "--models",
+            str(small_models),
+            "-n",
+            "3",
+            "--warmup",
+            "1",
+            "--threads",
+            "1,2",
+            "--json",
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["random_init"] is True
+    cpu = data["machine"]["cpu"]
+    assert set(cpu) >= {"model", "fp16", "dotprod", "i8mm", "sme", "cores"}
+    assert data["machine"]["git_revision"]
+    numpy_runs = [r for r in data["runs"] if r["stages"] == "numpy"]
+    assert {(r["precision"], r["threads"]) for r in numpy_runs} == {
+        (p, t) for p in ("fp32", "fp16", "int8") for t in (1, 2)
+    }
+    for run in numpy_runs:
+        assert len(run["samples_ms"]["total"]) == 3
+        assert run["total_ms"]["p50"] > 0 and run["images_per_s"] > 0
+        stages = run["stage_p50_ms"]
+        assert set(stages) == set(bench.STAGES)
+        assert sum(stages.values()) <= run["total_ms"]["p50"] * 1.5
+    # The default install has no ExecuTorch: reported, not fatal.
+    et = [r for r in data["runs"] if r["stages"] == "executorch"]
+    assert et and all("ExecuTorch runtime" in r.get("error", "") for r in et)
+    for precision in ("fp32", "fp16", "int8"):
+        cold = data["cold_still"][precision]
+        assert cold["seconds"] > 0 and 50 < cold["peak_rss_mib"] < 4096
+
+
+def test_bench_table_and_executorch(export_env: Path, small_models: Path) -> None:
+    proc = run_cli(
+        [
+            "bench",
+            "--models",
+            str(small_models),
+            "-n",
+            "2",
+            "--warmup",
+            "1",
+            "--threads",
+            "2",
+            "--precision",
+            "fp16",
+            "--no-cold",
+        ],
+        python=export_env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("da3-edge ") and "cores" in lines[0]
+    assert "RANDOM-INIT models (speed only)" in lines[1]
+    rows = [ln for ln in lines if ln.startswith("fp16 ")]
+    assert len(rows) == 2 and not any("unavailable" in r for r in rows), proc.stdout
+    assert any(" executorch " in r for r in rows)
+
+
+def test_bench_usage_errors(small_models: Path) -> None:
+    proc = run_cli(["bench", "--models", str(small_models), "--precision", "fp8"])
+    assert proc.returncode == 2 and "precision 'fp8' is not installed" in proc.stderr
+    proc = run_cli(["bench", "--models", str(small_models), "--threads", "0"])
+    assert proc.returncode == 2 and "--threads must be positive" in proc.stderr
