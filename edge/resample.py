@@ -87,8 +87,13 @@ def _to_uint8(values: np.ndarray) -> np.ndarray:
 def area(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """OpenCV ``INTER_AREA`` shrink of an (H, W, C) uint8 image to ``size`` (h, w)."""
     h, w = size
-    out = _area_axis(_area_axis(image, w, axis=1), h, axis=0)
-    return _to_uint8(out)
+    out = np.empty((h, w, image.shape[2]), dtype=np.uint8)
+    # One channel at a time: the same numbers, a third of the peak memory (the
+    # cumulative sums of a 1200x1600 frame are ~60 MB for all three channels).
+    for c in range(image.shape[2]):
+        plane = image[:, :, c]
+        out[:, :, c] = _to_uint8(_area_axis(_area_axis(plane, w, axis=1), h, axis=0))
+    return out
 
 
 def cubic(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
