@@ -21,3 +21,12 @@ def test_readme_names_the_test_command_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "scripts/check" in readme and "scripts/check" in ci
+
+
+def test_performance_table_matches_its_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen-performance-table.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""da3-edge against the PyTorch reference, side by side, in one run.
+
+Run it with the export environment (it needs torch and depth_anything_3):
+
+    .venv-export/bin/python scripts/compare_pytorch.py --weights DIR --models DIR \\
+        [--image photo.jpg] [--threads 2] [--rounds 3] [--json out.json]
+
+DIR for --weights is a release-layout folder (config.json + model.safetensors: the real
+release, or seeded random weights from `da3-edge export --random-init 0 --save-weights
+DIR --weights-only`); --models holds da3-edge models exported from the same weights.
+
+Measured, alternating the contenders round by round, each in a fresh process:
+
+- baseline (a): the depth_anything_3 network built with cfg.create_object, weights
+  from the safetensors file, DA3's own preprocessing (its InputProcessor), a plain
+  fp32 forward (no autocast), depth resized to the photo and written as a 16-bit PNG,
+  torch.set_num_threads(--threads). Reports its forward time too (best of 3).
+- da3-edge (b): `da3-edge snap` in its default configuration (numpy stages, fp16,
+  default outputs) from the runtime env (--runtime-python, default .venv), and the same
+  with `--stages executorch` from the export env.
+- core: LiteRT fp32 / fp16 / int8 core latency (best of 5 after warm-up) in this process,
+  against the baseline's forward time, at the same thread count.
+
+Prints a table; --json writes the raw numbers (scripts/gen-performance-table.py turns
+that JSON into the table in docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BASELINE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import cv2, numpy as np, torch
+sys.path.insert(0, sys.argv[5])
+import importlib.util
+spec = importlib.util.spec_from_file_location("refpre", sys.argv[5] + "/reference-preprocess.py")
+refpre = importlib.util.module_from_spec(spec); spec.loader.exec_module(refpre)
+refpre.ensure_torchvision()
+from depth_anything_3.cfg import create_object, load_config
+from depth_anything_3.registry import MODEL_REGISTRY
+from depth_anything_3.utils.io.input_processor import InputProcessor
+from safetensors.torch import load_file
+weights, image, out, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+torch.set_num_threads(threads)
+net = create_object(load_config(MODEL_REGISTRY["da3-small"])).eval()
+state = {k.removeprefix("model."): v for k, v in load_file(weights + "/model.safetensors").items()}
+net.load_state_dict(state, strict=False)
+t_loaded = time.perf_counter()
+bgr = cv2.imread(image, cv2.IMREAD_COLOR)
+rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+x, _, _, _ = InputProcessor()._process_one(rgb, process_res=504, process_res_method="upper_bound_resize")
+with torch.no_grad():
+    t1 = time.perf_counter()
+    depth = net(x[None, None]).depth[0, 0].numpy()
+    first = time.perf_counter() - t1
+h, w = rgb.shape[:2]
+depth = cv2.resize(depth, (w, h), interpolation=cv2.INTER_LINEAR)
+inv = 1.0 / np.maximum(depth, 1e-12)
+inv = (inv - inv.min()) / max(inv.max() - inv.min(), 1e-12)
+cv2.imwrite(out, np.round(inv * 65535).astype(np.uint16))
+t_done = time.perf_counter()
+forwards = []
+if len(sys.argv) > 6 and sys.argv[6] == "forward":
+    with torch.no_grad():
+        for _ in range(3):
+            t = time.perf_counter(); net(x[None, None]); forwards.append(time.perf_counter() - t)
+print(json.dumps({"total_in_process_s": t_done - t0, "load_s": t_loaded - t0, "first_forward_s": first,
+                  "forward_s": min(forwards) if forwards else None, "shape": list(x.shape)}))
+"""
+
+
+def _with_env(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+    from edge import bench
+
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return bench.cold_still(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def core_latency(models: Path, threads: int, shape: tuple[int, int]) -> dict[str, float]:
+    import numpy as np
+
+    from edge.core import Core
+    from edge.models import Manifest
+
+    manifest = Manifest.load(models)
+    x = np.random.default_rng(0).standard_normal((1, 3, *shape)).astype(np.float32)
+    out = {}
+    for artifact in manifest.cores():
+        if artifact.shape != shape:
+            continue
+        with Core(manifest.verify(artifact), threads=threads) as core:
+            core.run(x)
+            core.run(x)
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                core.run(x)
+                times.append(time.perf_counter() - t)
+        out[artifact.precision] = min(times)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--weights", required=True, type=Path)
+    p.add_argument("--models", required=True, type=Path)
+    p.add_argument("--image", type=Path)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--runtime-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
+    p.add_argument("--json", type=Path, help="write the raw results here")
+    ns = p.parse_args()
+
+    from edge import bench
+
+    work = Path(tempfile.mkdtemp(prefix="da3-compare-"))
+    image = ns.image or work / "photo.jpg"
+    if ns.image is None:
+        image.write_bytes(bench.synthetic_jpeg())
+    threads_env = {"OMP_NUM_THREADS": str(ns.threads)}
+    contenders = {
+        "pytorch": [
+            sys.executable,
+            "-c",
+            BASELINE,
+            str(ns.weights),
+            str(image),
+            str(work / "ref.png"),
+            str(ns.threads),
+            str(ROOT / "scripts"),
+        ],
+        "da3-edge": [
+            str(ns.runtime_python),
+            "-m",
+            "edge",
+            "snap",
+            str(image),
+            "-o",
+            str(work / "edge"),
+            "--models",
+            str(ns.models),
+            "--threads",
+            str(ns.threads),
+        ],
+        "da3-edge-executorch": [
+            sys.executable,
+            "-m",
+            "edge",
+            "snap",
+            str(image),
+            "-o",
+            str(work / "et"),
+            "--models",
+            str(ns.models),
+            "--threads",
+            str(ns.threads),
+            "--stages",
+            "executorch",
+        ],
+    }
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in contenders}
+    for r in range(ns.rounds):
+        for name, argv in contenders.items():
+            print(f"round {r + 1}/{ns.rounds}: {name}", file=sys.stderr, flush=True)
+            results[name].append(_with_env(argv, threads_env))
+    # The baseline's own forward timing (best of 3, after its first run).
+    proc = subprocess.run(
+        [*contenders["pytorch"], "forward"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **threads_env},
+    )
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    baseline = json.loads(proc.stdout.strip().splitlines()[-1])
+    shape = (baseline["shape"][-2], baseline["shape"][-1])
+    cores = core_latency(ns.models, ns.threads, shape)
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    summary = {
+        "threads": ns.threads,
+        "rounds": ns.rounds,
+        "image": str(ns.image or "synthetic 1200x1600 JPEG"),
+        "core_shape": list(shape),
+        "machine": bench.machine_info(),
+        "pytorch_forward_s": baseline["forward_s"],
+        "core_s": cores,
+        "core_ratio": {k: v / baseline["forward_s"] for k, v in cores.items()},
+        "still_s": {k: med(k, "seconds") for k in results},
+        "still_peak_rss_mib": {k: med(k, "peak_rss_mib") for k in results},
+        "raw": results,
+    }
+    summary["still_ratio"] = {
+        k: summary["still_s"][k] / summary["still_s"]["pytorch"] for k in results
+    }
+    summary["rss_ratio"] = {
+        k: summary["still_peak_rss_mib"][k] / summary["still_peak_rss_mib"]["pytorch"]
+        for k in results
+    }
+    if ns.json:
+        ns.json.write_text(json.dumps(summary, indent=2) + "\n")
+    print(render(summary))
+    return 0
+
+
+def render(s: dict) -> str:  # type: ignore[type-arg]
+    lines = [
+        f"threads {s['threads']}, {s['rounds']} alternating rounds, core {s['core_shape'][0]}x{s['core_shape'][1]}",
+        f"PyTorch reference forward (fp32, best of 3): {s['pytorch_forward_s'] * 1000:.0f} ms",
+    ]
+    for k, v in s["core_s"].items():
+        lines.append(
+            f"LiteRT core {k}: {v * 1000:.0f} ms = {s['core_ratio'][k]:.2f}x the reference forward"
+        )
+    for k in s["still_s"]:
+        lines.append(
+            f"one still, fresh process, {k}: {s['still_s'][k]:.2f} s ({s['still_ratio'][k]:.2f}x), "
+            f"peak RSS {s['still_peak_rss_mib'][k]:.0f} MiB ({s['rss_ratio'][k]:.2f}x)"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

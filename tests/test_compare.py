@@ -1,0 +1,47 @@
+"""scripts/compare_pytorch.py runs end to end in CI (one round; the numbers in
+docs/performance.md come from a longer run on a quiet machine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.parity
+
+
+def test_compare_pytorch_short(
+    export_env: Path, random_weights: Path, full_models: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "compare.json"
+    proc = subprocess.run(
+        [
+            str(export_env),
+            str(ROOT / "scripts" / "compare_pytorch.py"),
+            "--weights",
+            str(random_weights),
+            "--models",
+            str(full_models),
+            "--rounds",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)
+    data = json.loads(out.read_text())
+    assert data["core_shape"] == [378, 504]
+    assert data["pytorch_forward_s"] > 0
+    assert set(data["core_s"]) == {"fp32", "fp16", "int8"}
+    assert set(data["still_s"]) == {"pytorch", "da3-edge", "da3-edge-executorch"}
+    for name in data["still_s"]:
+        assert data["still_peak_rss_mib"][name] > 50
+    assert data["still_ratio"]["pytorch"] == 1.0
