@@ -1,0 +1,245 @@
+"""``da3-edge doctor``: is this machine ready to run da3-edge, and if not, why.
+
+Checks, each OK / WARN / FAIL with one line of detail: platform and CPU features,
+the fp16 policy, LiteRT (imports, and a model loads with XNNPACK), ExecuTorch (optional),
+the model directory (manifest, sizes, hashes), cameras (picamera2 importable,
+/dev/video* and /dev/media* present and openable), the store and state directories
+(writable, free space), and on a Raspberry Pi the temperature and throttling flags.
+Exit 1 when a FAIL blocks running (no LiteRT, no usable model, unwritable store);
+WARNs (no camera here, no ExecuTorch) do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge doctor",
+        description="Check that this machine can run da3-edge: CPU, LiteRT, models, "
+        "cameras, store; exit 1 if something blocks running.",
+    )
+    p.add_argument(
+        "--models", metavar="DIR", help="model directory (default: $DA3_EDGE_MODELS, else XDG)"
+    )
+    p.add_argument(
+        "--store", metavar="DIR", help="frame store directory (default: as `da3-edge run`)"
+    )
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    return p
+
+
+def check_platform() -> list[Check]:
+    from edge import platform
+
+    f = platform.cpu_features()
+    feats = ", ".join(k for k in ("fp16", "dotprod", "i8mm", "sme") if getattr(f, k)) or "none"
+    policy = platform.fp16_arithmetic()
+    return [
+        Check("cpu", OK, f"{f.model} ({f.machine}, {f.cores} cores); Arm features: {feats}"),
+        Check(
+            "fp16 policy",
+            OK,
+            "fp16 arithmetic ON (XNNPACK FORCE_FP16)"
+            if policy
+            else "fp16 arithmetic off (no native FP16 on this CPU; fp16 models run in fp32)",
+        ),
+    ]
+
+
+def check_litert() -> Check:
+    if importlib.util.find_spec("ai_edge_litert") is None:
+        return Check(
+            "litert",
+            FAIL,
+            "ai_edge_litert is not installed: reinstall da3-edge (uv sync / pip install da3-edge)",
+        )
+    from importlib.metadata import version
+
+    return Check("litert", OK, f"ai-edge-litert {version('ai-edge-litert')}")
+
+
+def check_executorch() -> Check:
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("executorch") is None:
+        return Check(
+            "executorch", WARN, "not installed (optional: only --stages executorch needs it)"
+        )
+    return Check("executorch", OK, "importable (--stages executorch available)")
+
+
+def check_models(directory: Path) -> list[Check]:
+    from edge.core import Core
+    from edge.errors import EdgeError
+    from edge.models import Manifest
+
+    try:
+        manifest = Manifest.load(directory)
+    except EdgeError as exc:
+        return [Check("models", FAIL, str(exc))]
+    cores = manifest.cores()
+    if not cores:
+        return [Check("models", FAIL, f"{directory}: the manifest lists no core models")]
+    out = []
+    bad = 0
+    for artifact in cores:
+        try:
+            manifest.verify(artifact)
+        except EdgeError as exc:
+            bad += 1
+            out.append(Check(f"model {artifact.name}", FAIL, str(exc)))
+    loaded = ""
+    good = [a for a in cores if not any(c.name == f"model {a.name}" for c in out)]
+    if good:
+        first = good[0]
+        try:
+            with Core(manifest.artifact_path(first), threads=1) as core:
+                loaded = f"; LiteRT loads {first.file} ({core.shape[0]}x{core.shape[1]})"
+        except EdgeError as exc:
+            out.append(Check(f"model {first.name}", FAIL, str(exc)))
+            bad += 1
+    flag = " — RANDOM-INIT (not a real model)" if any(a.random_init for a in cores) else ""
+    status = OK if bad == 0 else (WARN if good else FAIL)
+    out.insert(
+        0,
+        Check(
+            "models", status, f"{directory}: {len(cores) - bad}/{len(cores)} intact{loaded}{flag}"
+        ),
+    )
+    return out
+
+
+def check_cameras() -> list[Check]:
+    out = []
+    video = sorted(str(p) for p in Path("/dev").glob("video*"))
+    media = sorted(str(p) for p in Path("/dev").glob("media*"))
+    if video or media:
+        unreadable = [p for p in video + media if not os.access(p, os.R_OK | os.W_OK)]
+        detail = f"{len(video)} /dev/video*, {len(media)} /dev/media*"
+        if unreadable:
+            out.append(
+                Check(
+                    "camera devices",
+                    WARN,
+                    f"{detail}; no read/write access to {', '.join(unreadable[:3])} "
+                    "(add the user to the video group)",
+                )
+            )
+        else:
+            out.append(Check("camera devices", OK, detail))
+    else:
+        out.append(
+            Check(
+                "camera devices",
+                WARN,
+                "no /dev/video* or /dev/media*: no camera here "
+                "(replay and fake sources still work)",
+            )
+        )
+    if importlib.util.find_spec("picamera2") is not None:
+        out.append(Check("picamera2", OK, "importable"))
+    else:
+        out.append(
+            Check(
+                "picamera2",
+                WARN,
+                "not importable (Pi camera: sudo apt install python3-picamera2, "
+                "venv with --system-site-packages)",
+            )
+        )
+    if importlib.util.find_spec("cv2") is not None:
+        out.append(Check("opencv", OK, "importable (opencv and video replay sources available)"))
+    else:
+        out.append(
+            Check(
+                "opencv", WARN, "not importable (USB cameras: pip install opencv-python-headless)"
+            )
+        )
+    return out
+
+
+def check_dir(name: str, directory: Path, blocking: bool) -> Check:
+    probe_dir = directory
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    try:
+        free = shutil.disk_usage(probe_dir).free
+    except OSError as exc:
+        return Check(name, FAIL if blocking else WARN, f"{directory}: {exc.strerror or exc}")
+    writable = os.access(probe_dir, os.W_OK)
+    detail = (
+        f"{directory}: {'writable' if writable else 'NOT writable'}, {free / 2**20:.0f} MiB free"
+    )
+    if not writable:
+        return Check(name, FAIL if blocking else WARN, detail)
+    if free < 64 * 2**20:
+        return Check(name, WARN, detail + " (under 64 MiB)")
+    return Check(name, OK, detail)
+
+
+def check_pi() -> list[Check]:
+    out = []
+    temp = Path("/sys/class/thermal/thermal_zone0/temp")
+    if temp.exists():
+        try:
+            celsius = int(temp.read_text().strip()) / 1000
+            out.append(Check("temperature", WARN if celsius >= 80 else OK, f"{celsius:.1f} C"))
+        except (OSError, ValueError):
+            pass
+    if shutil.which("vcgencmd"):
+        res = subprocess.run(
+            ["vcgencmd", "get_throttled"], capture_output=True, text=True, check=False
+        )
+        value = res.stdout.strip()
+        try:
+            bits = int(value.split("=")[1], 16)
+        except (IndexError, ValueError):
+            bits = -1
+        out.append(Check("throttling", OK if bits == 0 else WARN, value or "unknown"))
+    return out
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    from edge.models import resolve_models_dir
+    from edge.store import default_store_dir
+
+    checks = check_platform()
+    checks.append(check_litert())
+    checks.append(check_executorch())
+    if checks[2].status != FAIL:
+        checks += check_models(resolve_models_dir(ns.models))
+    checks += check_cameras()
+    checks.append(
+        check_dir("store", Path(ns.store) if ns.store else default_store_dir(), blocking=True)
+    )
+    checks += check_pi()
+    failed = [c for c in checks if c.status == FAIL]
+    if ns.json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        for c in checks:
+            print(f"{c.status:>4}  {c.name:<16} {c.detail}")
+        print(
+            f"\n{'not ready: ' + str(len(failed)) + ' blocking problem(s)' if failed else 'ready'}"
+        )
+    sys.stdout.flush()
+    return 1 if failed else 0

@@ -1,0 +1,51 @@
+"""`da3-edge doctor`: reports, and exits 1 only for what blocks running."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import run_cli, tmpfs
+
+
+def test_ready_with_models_and_a_writable_store(small_models: Path, tmp_path: Path) -> None:
+    proc = run_cli(
+        ["doctor", "--models", str(small_models), "--store", str(tmp_path / "store"), "--json"]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert data["ok"] is True
+    assert checks["litert"]["status"] == "ok"
+    assert checks["models"]["status"] == "ok" and "3/3 intact" in checks["models"]["detail"]
+    assert "RANDOM-INIT" in checks["models"]["detail"]
+    assert checks["store"]["status"] == "ok"
+    # No camera on this machine: a warning, not a failure.
+    assert checks["camera devices"]["status"] in ("ok", "warn")
+
+
+def test_missing_models_block(tmp_path: Path) -> None:
+    proc = run_cli(["doctor", "--models", str(tmp_path / "none"), "--store", str(tmp_path / "s")])
+    assert proc.returncode == 1
+    line = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == ["models"])
+    assert line.startswith("FAIL") and "da3-edge export" in line
+    assert proc.stdout.rstrip().endswith("not ready: 1 blocking problem(s)")
+
+
+def test_tampered_model_and_read_only_store(small_models: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "m"
+    shutil.copytree(small_models, copy)
+    victim = next(copy.glob("*_int8.tflite"))
+    victim.write_bytes(victim.read_bytes()[:1000])
+    with tmpfs(tmp_path / "ro", read_only=True) as ro:
+        proc = run_cli(["doctor", "--models", str(copy), "--store", str(ro / "store"), "--json"])
+    assert proc.returncode == 1
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["models"]["status"] == "warn" and "2/3 intact" in checks["models"]["detail"]
+    assert (
+        checks["model 140x182 int8"]["status"] == "FAIL"
+        and "truncated" in checks["model 140x182 int8"]["detail"]
+    )
+    assert checks["store"]["status"] == "FAIL" and "NOT writable" in checks["store"]["detail"]
