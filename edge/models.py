@@ -225,25 +225,77 @@ class Manifest:
     def artifact_path(self, artifact: Artifact) -> Path:
         return self.directory / artifact.file
 
-    def verify(self, artifact: Artifact) -> Path:
-        """Check size and SHA-256 of an artifact; return its path or raise."""
+    def verify(self, artifact: Artifact, *, full: bool = False) -> Path:
+        """Check size and SHA-256 of an artifact; return its path or raise.
+
+        A full hash reads the whole file (~0.1 s per 50 MB here, more on an SD card).
+        After one succeeds, a stamp of the file's identity (size, mtime, ctime, inode,
+        device) and the hash is kept in the user's cache; while the file still has that
+        identity, later opens skip the re-read. Any write to the file, or a chmod or
+        rename over it, changes its ctime, so the next open hashes it again.
+        ``full=True`` (``da3-edge models --verify``) always hashes.
+        """
         path = self.artifact_path(artifact)
         try:
-            size = path.stat().st_size
+            st = path.stat()
         except FileNotFoundError:
             raise ModelNotFound(f"{path}: listed in {MANIFEST} but missing") from None
-        if size != artifact.bytes:
+        if st.st_size != artifact.bytes:
             raise ModelCorrupt(
-                f"{path}: {size} bytes, manifest says {artifact.bytes} (truncated or "
+                f"{path}: {st.st_size} bytes, manifest says {artifact.bytes} (truncated or "
                 "replaced; export it again)"
             )
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, artifact.sha256]
+        key = str(path.resolve())
+        stamps = _Stamps.load()
+        if not full and stamps.data.get(key) == stamp:
+            return path
         digest = sha256_file(path)
         if digest != artifact.sha256:
             raise ModelCorrupt(
                 f"{path}: SHA-256 {digest[:12]}... does not match the manifest "
                 f"({artifact.sha256[:12]}...); the file was modified, export it again"
             )
+        stamps.data[key] = stamp
+        stamps.save()
         return path
+
+
+def cache_dir() -> Path:
+    """``$DA3_EDGE_CACHE``, else systemd's ``$CACHE_DIRECTORY``, else the XDG cache."""
+    for env in ("DA3_EDGE_CACHE", "CACHE_DIRECTORY"):
+        value = os.environ.get(env)
+        if value:
+            return Path(value.split(":")[0])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "da3-edge"
+
+
+class _Stamps:
+    """The verified-file stamps: a small JSON file; every failure to read or write it
+    just means hashing again next time."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def load(cls) -> _Stamps:
+        path = cache_dir() / "verified.json"
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                data = {}
+        except (OSError, ValueError):
+            data = {}
+        return cls(path, data)
+
+    def save(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_bytes(self.path, json.dumps(self.data).encode(), durable=False)
+        except OSError:
+            pass
 
 
 def _order(a: Artifact) -> tuple[str, int, int, int]:

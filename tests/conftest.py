@@ -49,6 +49,8 @@ def cache_dir() -> Path:
 def _isolated_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test reads or writes the user's model directory or env overrides."""
     monkeypatch.delenv("DA3_EDGE_MODELS", raising=False)
+    monkeypatch.delenv("DA3_EDGE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.delenv("DA3_EDGE_FP16_ARITHMETIC", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
 

@@ -163,3 +163,43 @@ def test_stage_programs_are_listed_and_verified(small_models: Path) -> None:
         assert artifact.provenance["verify"]["max_abs"] < 1e-3
     with pytest.raises(ModelNotFound, match="no ExecuTorch pre-processing program for 378x504"):
         manifest.find_stage("pre", (378, 504))
+
+
+def test_verified_stamp_skips_the_rehash_until_the_file_changes(
+    small_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, artifact = _copy_models(small_models, tmp_path / "m")
+    path = manifest.verify(artifact)  # full hash, stamp written
+    assert (tmp_path / "xdg-cache" / "da3-edge" / "verified.json").exists()
+
+    calls = []
+    import edge.models
+
+    real = edge.models.sha256_file
+    monkeypatch.setattr(edge.models, "sha256_file", lambda p: calls.append(p) or real(p))
+    manifest.verify(artifact)
+    assert calls == []  # unchanged file: no re-read
+    manifest.verify(artifact, full=True)
+    assert calls == [path]  # --verify always hashes
+
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x10  # same size, new content: ctime/mtime change
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelCorrupt, match="SHA-256"):
+        manifest.verify(artifact)
+    assert len(calls) == 2
+
+
+def test_a_chmod_alone_also_forces_a_rehash(
+    small_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, artifact = _copy_models(small_models, tmp_path / "m")
+    path = manifest.verify(artifact)
+    calls = []
+    import edge.models
+
+    real = edge.models.sha256_file
+    monkeypatch.setattr(edge.models, "sha256_file", lambda p: calls.append(p) or real(p))
+    path.chmod(0o600)
+    manifest.verify(artifact)
+    assert calls == [path]

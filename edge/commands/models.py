@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _check(manifest: Manifest, artifact: Artifact) -> None:
-    path = manifest.verify(artifact)
+    path = manifest.verify(artifact, full=True)
     if artifact.kind == "core":
         from edge.core import Core
 
