@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from edge import platform
+from edge.closing import Closing
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 from edge.native import captured_stderr as _native_stderr
 
@@ -31,7 +31,7 @@ def _native_error(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-class Core:
+class Core(Closing):
     """A loaded LiteRT depth model with fixed input shape."""
 
     def __init__(
@@ -169,17 +169,6 @@ class Core:
                 self._model.close()
                 environment.close()
         self._model = None
-
-    def __enter__(self) -> Core:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _first_line(exc: BaseException) -> str:

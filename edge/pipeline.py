@@ -13,12 +13,12 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from edge import images, stages
+from edge.closing import Closing
 from edge.core import Core
 from edge.errors import ModelNotFound, ShapeError
 from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
@@ -95,7 +95,7 @@ def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> 
     return min(available, key=key)
 
 
-class Pipeline:
+class Pipeline(Closing):
     """Loaded models and stages; call it with an image to get a ``DepthFrame``."""
 
     def __init__(
@@ -236,14 +236,3 @@ class Pipeline:
             core.close()
         self._cores.clear()
         self.stages.close()
-
-    def __enter__(self) -> Pipeline:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

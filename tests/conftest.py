@@ -46,13 +46,17 @@ def cache_dir() -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads or writes the user's model directory or env overrides."""
+def _isolated_paths(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """No test reads or writes the user's model directory, cache or env overrides.
+    (Kept out of tmp_path, which tests list as output directories.)"""
+    xdg = tmp_path_factory.mktemp("xdg")
     monkeypatch.delenv("DA3_EDGE_MODELS", raising=False)
     monkeypatch.delenv("DA3_EDGE_CACHE", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.delenv("DA3_EDGE_FP16_ARITHMETIC", raising=False)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(xdg / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg / "cache"))
 
 
 @pytest.fixture(scope="session")

@@ -170,7 +170,9 @@ def test_verified_stamp_skips_the_rehash_until_the_file_changes(
 ) -> None:
     manifest, artifact = _copy_models(small_models, tmp_path / "m")
     path = manifest.verify(artifact)  # full hash, stamp written
-    assert (tmp_path / "xdg-cache" / "da3-edge" / "verified.json").exists()
+    from edge.models import cache_dir
+
+    assert (cache_dir() / "verified.json").exists()
 
     calls = []
     import edge.models

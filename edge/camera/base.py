@@ -8,6 +8,7 @@ from typing import Protocol, Self
 
 import numpy as np
 
+from edge.closing import Closing
 from edge.errors import EdgeError
 
 
@@ -58,25 +59,14 @@ class Source(Protocol):
     ) -> None: ...
 
 
-class SourceBase:
-    """Context-manager plumbing shared by the sources."""
+class SourceBase(Closing):
+    """Context-manager plumbing shared by the sources: ``with`` opens, then closes."""
 
     name = "source"
 
     def open(self) -> None:
         raise NotImplementedError
 
-    def close(self) -> None:
-        raise NotImplementedError
-
     def __enter__(self) -> Self:
         self.open()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
