@@ -13,7 +13,9 @@ import secrets
 from pathlib import Path
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+def write_bytes(
+    path: str | os.PathLike[str], data: bytes | memoryview, *, durable: bool = True
+) -> None:
     """Atomically replace ``path`` with ``data``.
 
     ``durable`` also fsyncs the file and its directory so the rename survives a power

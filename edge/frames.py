@@ -20,7 +20,7 @@ import contextlib
 import io
 import json
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +91,16 @@ def preview_png(depth: np.ndarray, inv: np.ndarray | None = None) -> bytes:
     return _png(COLORMAP[np.rint(inv * np.float32(255.0)).astype(np.uint8)])
 
 
-def npz_bytes(frame: DepthFrame) -> bytes:
+def npz_bytes(frame: DepthFrame) -> memoryview:
+    """The npz file's bytes, as a view on the buffer numpy wrote: at 1200x1600 the
+    file is 15 MB, and neither the arrays nor the buffer are copied again."""
     buf = io.BytesIO()
-    np.savez(buf, depth=frame.depth.astype(np.float32), conf=frame.conf.astype(np.float32))
-    return buf.getvalue()
+    np.savez(
+        buf,
+        depth=np.asarray(frame.depth, dtype=np.float32),
+        conf=np.asarray(frame.conf, dtype=np.float32),
+    )
+    return buf.getbuffer()
 
 
 def versions() -> dict[str, str]:
@@ -121,11 +127,11 @@ def sidecar(frame: DepthFrame, extra: dict[str, Any] | None = None) -> bytes:
 
 def render(
     frame: DepthFrame, formats: Iterable[str], extra: dict[str, Any] | None = None
-) -> dict[str, bytes]:
+) -> dict[str, bytes | memoryview]:
     """The bytes of each requested output, keyed by format."""
     formats = list(formats)
     inv = inverse_normalised(frame.depth) if {"png", "preview"} & set(formats) else None
-    makers = {
+    makers: dict[str, Callable[[], bytes | memoryview]] = {
         "png": lambda: depth_png(frame.depth, inv),
         "npz": lambda: npz_bytes(frame),
         "preview": lambda: preview_png(frame.depth, inv),
