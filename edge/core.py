@@ -19,7 +19,7 @@ import numpy as np
 
 from edge import platform
 from edge.closing import Closing
-from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
+from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError, first_line
 from edge.native import captured_stderr as _native_stderr
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Core(Closing):
                     environment.close()
                     raise
         except Exception as exc:  # LiteRT raises RuntimeError/ValueError with C++ text
-            detail = _native_error("".join(native)) or _first_line(exc)
+            detail = _native_error("".join(native)) or first_line(exc)
             raise ModelCorrupt(f"{self.path}: LiteRT cannot load it ({detail})") from None
         try:
             signatures = model.get_signature_list()
@@ -99,7 +99,7 @@ class Core(Closing):
             inputs = model.get_input_tensor_details(self._signature)
             outputs = model.get_output_tensor_details(self._signature)
         except Exception as exc:
-            raise ModelCorrupt(f"{self.path}: not a depth model ({_first_line(exc)})") from None
+            raise ModelCorrupt(f"{self.path}: not a depth model ({first_line(exc)})") from None
         if len(inputs) != 1 or len(outputs) != 2:
             raise ModelCorrupt(
                 f"{self.path}: expected 1 input and 2 outputs, "
@@ -169,8 +169,3 @@ class Core(Closing):
                 self._model.close()
                 environment.close()
         self._model = None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

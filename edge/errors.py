@@ -6,6 +6,13 @@ Library code raises these; only the CLI turns them into one-line messages.
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (native libraries write whole reports),
+    or its type name when it has none: what goes inside a one-line error."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 class EdgeError(Exception):
     """Root of every error da3-edge raises on purpose."""
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from edge.errors import ImageError, InputUnreadable
+from edge.errors import ImageError, InputUnreadable, first_line
 
 #: Default cap on decoded pixels (40 MP: a 7296x5472 photo). An RGB copy is 120 MB and
 #: the float stages need a few times that; ``--max-pixels`` raises it.
@@ -75,7 +75,7 @@ def load(source: Any, name: str | None = None, max_pixels: int = MAX_PIXELS) -> 
             image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as exc:
         raise ImageError(
-            f"{label}: too many pixels, refused before decoding ({_short(exc)})"
+            f"{label}: too many pixels, refused before decoding ({first_line(exc)})"
         ) from None
     except UnidentifiedImageError:
         kind = _magic(data)
@@ -83,7 +83,7 @@ def load(source: Any, name: str | None = None, max_pixels: int = MAX_PIXELS) -> 
             raise ImageError(f"{label}: corrupt {kind} (its header cannot be parsed)") from None
         raise ImageError(f"{label}: not an image (or a format Pillow cannot read)") from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise ImageError(f"{label}: corrupt image header ({_short(exc)})") from None
+        raise ImageError(f"{label}: corrupt image header ({first_line(exc)})") from None
     with image:
         _check_pixels(image, label, max_pixels)
         rgb, mode, turned = _to_rgb(image, label)
@@ -108,7 +108,7 @@ def _to_rgb(image: Image.Image, label: str) -> tuple[np.ndarray, str, bool]:
         transposed = _has_orientation(image)
         rgb = _convert(ImageOps.exif_transpose(image) if transposed else image)
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise ImageError(f"{label}: truncated or corrupt image data ({_short(exc)})") from None
+        raise ImageError(f"{label}: truncated or corrupt image data ({first_line(exc)})") from None
     array = np.asarray(rgb, dtype=np.uint8)
     if array.ndim != 3 or array.shape[2] != 3:
         raise ImageError(f"{label}: could not convert mode {mode} to RGB")
@@ -175,8 +175,3 @@ def _magic(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "WebP"
     return None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

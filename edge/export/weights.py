@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edge.errors import ModelNotFound, WeightsError
+from edge.errors import ModelNotFound, WeightsError, first_line
 from edge.models import sha256_file
 
 MODEL_NAME = "da3-small"
@@ -118,7 +118,7 @@ def load_official(path: Path) -> Weights:
         missing, unexpected = load_model(_Release(net), str(file), strict=False)
     except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
         raise WeightsError(
-            f"{file}: not readable as {MODEL_NAME} weights ({_first_line(exc)})"
+            f"{file}: not readable as {MODEL_NAME} weights ({first_line(exc)})"
         ) from None
     if missing or unexpected:
         raise WeightsError(
@@ -149,11 +149,6 @@ def random_seed_of(file: Path) -> str | None:
             value = None
         seed = None if value is None else str(value)
     return seed
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 # -- seeded random weights ---------------------------------------------------------
