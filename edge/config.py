@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import EdgeError
+from edge.frames import FORMATS
+from edge.models import PRECISIONS
+from edge.stages import BACKENDS
 
-FORMATS = ("png", "npz", "preview", "json")
-PRECISIONS = ("fp32", "fp16", "int8")
-STAGES = ("numpy", "executorch")
+STAGES = tuple(BACKENDS)
 
 
 class ConfigError(EdgeError, ValueError):

@@ -23,6 +23,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from edge.errors import ImageError, InputUnreadable, first_line
 
+#: What counts as an image when a directory is given (snap, replay).
+IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp", ".gif", ".ppm", ".pgm", ".pnm"}
+)
+
 #: Default cap on decoded pixels (40 MP: a 7296x5472 photo). An RGB copy is 120 MB and
 #: the float stages need a few times that; ``--max-pixels`` raises it.
 MAX_PIXELS = 40_000_000

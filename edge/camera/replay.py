@@ -17,8 +17,6 @@ from edge import images
 from edge.camera.base import CameraError, Frame, SourceBase
 from edge.errors import EdgeError
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp", ".ppm", ".pgm"}
-
 
 class ReplaySource(SourceBase):
     name = "replay"
@@ -37,7 +35,9 @@ class ReplaySource(SourceBase):
     def open(self) -> None:
         if self.path.is_dir():
             self._files = sorted(
-                p for p in self.path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+                p
+                for p in self.path.iterdir()
+                if p.is_file() and p.suffix.lower() in images.IMAGE_SUFFIXES
             )
             if not self._files:
                 raise CameraError(f"replay: no images in {self.path}")

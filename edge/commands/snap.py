@@ -22,20 +22,6 @@ from edge import frames, images
 from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError
 from edge.models import PRECISIONS
 
-IMAGE_SUFFIXES = {
-    ".jpg",
-    ".jpeg",
-    ".png",
-    ".tif",
-    ".tiff",
-    ".bmp",
-    ".webp",
-    ".gif",
-    ".ppm",
-    ".pgm",
-    ".pnm",
-}
-
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -114,7 +100,9 @@ def expand(inputs: Sequence[str]) -> Iterator[Item | EdgeError]:
         path = Path(arg)
         if path.is_dir():
             found = sorted(
-                p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+                p
+                for p in path.iterdir()
+                if p.is_file() and p.suffix.lower() in images.IMAGE_SUFFIXES
             )
             if not found:
                 yield InputUnreadable(f"{arg}: no images in this directory")

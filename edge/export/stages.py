@@ -24,9 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
-MAX_SIDE = 2048
+from edge.stages import MEAN, STD
+from edge.stages.executorch import MAX_SIDE  # the runtime's bound is the programs' bound
 
 
 class Pre(torch.nn.Module):

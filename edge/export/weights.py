@@ -27,6 +27,7 @@ from torch import nn
 
 from edge.errors import ModelNotFound, WeightsError, first_line
 from edge.models import sha256_file
+from edge.stages import MEAN, STD
 
 MODEL_NAME = "da3-small"
 HUB_REPO = "depth-anything/da3-small"
@@ -169,8 +170,8 @@ def _synthetic_images(height: int, width: int, generator: torch.Generator) -> to
             for c in range(3)
         ]
         img = torch.stack(channels).clamp(0, 1)
-        mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
-        std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+        mean = torch.tensor(MEAN)[:, None, None]
+        std = torch.tensor(STD)[:, None, None]
         images.append((img - mean) / std)
     return torch.stack(images)[:, None]  # (2, 1, 3, H, W)
 
