@@ -48,7 +48,6 @@ log = logging.getLogger("edge.daemon")
 @dataclass
 class Stats:
     captured: int = 0
-    inferred: int = 0
     written: int = 0
     dropped_stale: int = 0  # frames replaced in the mailbox before inference took them
     dropped_write: int = 0  # results dropped because the store fell behind
@@ -256,7 +255,6 @@ class Daemon:
                 except EdgeError as exc:
                     log.error("inference failed on frame %d: %s", frame.seq, exc)
                     continue
-            self.stats.inferred += 1
             item = (result, frame)
             while True:
                 try:
@@ -327,8 +325,10 @@ class Daemon:
         )
         lat = statistics.median(s.latencies_ms) if s.latencies_ms else 0.0
         return (
-            f"fps {fps:.2f}, latency p50 {lat:.0f} ms, written {s.written}, "
-            f"dropped {s.dropped_stale + s.dropped_write}, frozen {s.frozen}, "
+            f"fps {fps:.2f}, latency p50 {lat:.0f} ms, captured {s.captured}, "
+            f"written {s.written}, dropped {s.dropped_stale + s.dropped_write}, "
+            f"frozen {s.frozen}, reopens {s.reopens}, "
+            f"errors camera {s.camera_errors} / write {s.write_errors}, "
             f"camera {self.camera_state}, store {self.store_state}"
         )
 

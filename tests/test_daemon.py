@@ -154,6 +154,13 @@ def test_camera_errors_reopen_with_backoff(small_models: Path, tmp_path: Path) -
         pings_while_waiting = [
             t for t, m in d.notify.messages if "WATCHDOG" in m and t < t_first_frame
         ]
+        # The counts are reported, not just kept: 6 failed opens + 2 read errors.
+        d.wait_for(
+            lambda: [
+                m for m in d.notify.having("STATUS") if "errors camera 8 / write 0" in m["STATUS"]
+            ],
+            what="error counts in STATUS",
+        )
         assert d.stop() == 0
     log = d.log
     # capped exponential backoff: 0.2, 0.4, 0.8, then 1.0 (backoff_max) for the six failed opens
@@ -216,8 +223,9 @@ def test_disk_full_then_space_returns(small_models: Path, tmp_path: Path) -> Non
                     m
                     for m in d.notify.having("STATUS")
                     if "not writing: No space left" in m["STATUS"]
+                    and "/ write 0," not in m["STATUS"]
                 ],
-                what="STATUS says not writing",
+                what="STATUS says not writing, with a write error count",
             )
             before = {p.name for p in frame_dirs(store)}
             for p in frame_dirs(store):
