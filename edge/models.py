@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from edge import atomic
 from edge.errors import ManifestError, ModelCorrupt, ModelNotFound
@@ -256,8 +257,7 @@ class Manifest:
                 f"{path}: SHA-256 {digest[:12]}... does not match the manifest "
                 f"({artifact.sha256[:12]}...); the file was modified, export it again"
             )
-        stamps.data[key] = stamp
-        stamps.save()
+        stamps.remember(key, stamp)
         return path
 
 
@@ -272,8 +272,14 @@ def cache_dir() -> Path:
 
 
 class _Stamps:
-    """The verified-file stamps: a small JSON file; every failure to read or write it
-    just means hashing again next time."""
+    """The verified-file stamps: kept in memory for the life of the process, and in a
+    small JSON file across processes. A file that cannot be read or written (a
+    service user without a home, say) only costs a re-hash in the *next* process; in
+    this one, a model checked once is not hashed again while it keeps its identity
+    (the daemon checks its models at start and again as it opens them)."""
+
+    _by_path: ClassVar[dict[Path, _Stamps]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path = path
@@ -282,18 +288,24 @@ class _Stamps:
     @classmethod
     def load(cls) -> _Stamps:
         path = cache_dir() / "verified.json"
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                data = {}
-        except (OSError, ValueError):
-            data = {}
-        return cls(path, data)
+        with cls._lock:
+            if path not in cls._by_path:
+                try:
+                    data = json.loads(path.read_text())
+                    if not isinstance(data, dict):
+                        data = {}
+                except (OSError, ValueError):
+                    data = {}
+                cls._by_path[path] = cls(path, data)
+            return cls._by_path[path]
 
-    def save(self) -> None:
+    def remember(self, key: str, stamp: list[Any]) -> None:
+        with self._lock:
+            self.data[key] = stamp
+            text = json.dumps(self.data)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_bytes(self.path, json.dumps(self.data).encode(), durable=False)
+            atomic.write_bytes(self.path, text.encode(), durable=False)
         except OSError:
             pass
 

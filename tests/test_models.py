@@ -205,3 +205,22 @@ def test_a_chmod_alone_also_forces_a_rehash(
     path.chmod(0o600)
     manifest.verify(artifact)
     assert calls == [path]
+
+
+def test_unwritable_cache_still_avoids_a_second_hash_in_one_process(
+    small_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service user without a home cannot save stamps; within the process a model
+    checked at start is still not re-read when it is opened."""
+    import edge.models
+
+    cache = tmp_path / "cache-is-a-file"
+    cache.write_text("not a directory")
+    monkeypatch.setenv("DA3_EDGE_CACHE", str(cache))
+    manifest, artifact = _copy_models(small_models, tmp_path / "m")
+    calls = []
+    real = edge.models.sha256_file
+    monkeypatch.setattr(edge.models, "sha256_file", lambda p: calls.append(p) or real(p))
+    path = manifest.verify(artifact)
+    manifest.verify(artifact)
+    assert calls == [path]
