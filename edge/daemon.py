@@ -119,6 +119,7 @@ class Daemon:
             stages=m.stages,
             threads=m.threads or None,
             weight_cache=m.weight_cache or None,
+            core_process=True,  # keeps the GIL free for capture and writing
         )
         # Refuse to start on a missing or tampered model, not at the first frame.
         for artifact in pipeline.manifest.cores():

@@ -41,3 +41,43 @@ def captured_stderr(box: list[str]) -> Iterator[None]:
             box.append(text)
             for line in text.splitlines():
                 log.debug("native: %s", line)
+
+
+MADV_DONTNEED = 4  # Linux <asm-generic/mman-common.h>
+
+
+def release_mapped_file(path: str | os.PathLike[str]) -> int:
+    """Drop this process's resident pages of every read-only mapping of ``path``.
+
+    LiteRT maps the whole .tflite file; XNNPACK packs the weights into its own buffers
+    when the model is opened and does not read the file's pages again, yet they stay
+    resident: 49 MiB of an fp16 model, 96 MiB of an fp32 one. ``madvise(MADV_DONTNEED)``
+    on a read-only file mapping only forgets them: anything that reads there later
+    faults them back in from the file (the pages stay in the page cache), so it is
+    safe, not just fast. Linux only (elsewhere: 0). Returns the bytes advised.
+    """
+    if not sys.platform.startswith("linux"):
+        return 0
+    import ctypes
+
+    target = os.path.realpath(path)
+    libc = ctypes.CDLL(None, use_errno=True)
+    madvise = libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    released = 0
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read().splitlines()
+    except OSError:
+        return 0
+    for line in maps:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[5] != target or "w" in fields[1]:
+            continue
+        start, end = (int(v, 16) for v in fields[0].split("-"))
+        if madvise(start, end - start, MADV_DONTNEED) == 0:
+            released += end - start
+        else:
+            log.debug("madvise(%s): errno %d", target, ctypes.get_errno())
+    return released

@@ -20,7 +20,8 @@ import numpy as np
 from edge import images, stages
 from edge.closing import Closing
 from edge.core import Core
-from edge.errors import ModelNotFound, ShapeError
+from edge.coreproc import ProcessCore
+from edge.errors import EdgeError, ModelNotFound, ShapeError
 from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
 
 
@@ -47,6 +48,8 @@ class DepthFrame:
     timings_ms: dict[str, float] = field(default_factory=dict)
     source_mode: str = "RGB"
     exif_transposed: bool = False
+    threads: int = 0  # the core's CPU threads
+    fp16_arithmetic: bool = False  # XNNPACK computed in fp16 (FORCE_FP16), not fp32
 
     @property
     def resized_to_nearest(self) -> bool:
@@ -64,6 +67,8 @@ class DepthFrame:
             "precision": self.precision,
             "stages": self.stages,
             "artifact": self.artifact,
+            "threads": self.threads,
+            "fp16_arithmetic": self.fp16_arithmetic,
             "source_size": list(self.source_size),
             "source_mode": self.source_mode,
             "exif_transposed": self.exif_transposed,
@@ -109,8 +114,12 @@ class Pipeline(Closing):
         fp16_arithmetic: bool | None = None,
         weight_cache: str | os.PathLike[str] | None = None,
         max_pixels: int = images.MAX_PIXELS,
+        core_process: bool = False,
     ) -> None:
         self.manifest = manifest
+        # The daemon runs the core in a worker process (edge/coreproc.py): LiteRT holds
+        # the GIL for a whole inference, which would stall capture and writing.
+        self.core_process = core_process
         self.precision = precision
         self.stages = backend
         self.threads = threads
@@ -125,7 +134,7 @@ class Pipeline(Closing):
                 f"{manifest.directory}: no {precision} models (have: {', '.join(have) or 'none'}); "
                 f"export them with `da3-edge export --precision {precision}` or pick --precision"
             )
-        self._cores: dict[tuple[int, int], Core] = {}
+        self._cores: dict[tuple[int, int], Core | ProcessCore] = {}
 
     @classmethod
     def load(
@@ -139,9 +148,15 @@ class Pipeline(Closing):
         fp16_arithmetic: bool | None = None,
         weight_cache: str | os.PathLike[str] | None = None,
         max_pixels: int = images.MAX_PIXELS,
+        core_process: bool = False,
     ) -> Pipeline:
         """Open the model directory (argument, ``$DA3_EDGE_MODELS``, XDG default)."""
+        from edge import platform
         from edge import stages as stages_mod
+
+        blocker = platform.litert_blocker()
+        if blocker:  # say it once, before any image or camera
+            raise EdgeError(f"cannot run LiteRT here: {blocker}")
 
         manifest = Manifest.load(resolve_models_dir(model_dir))
         backend = stages_mod.load(stages, manifest=manifest, threads=threads)
@@ -155,6 +170,7 @@ class Pipeline(Closing):
                 fp16_arithmetic=fp16_arithmetic,
                 weight_cache=weight_cache,
                 max_pixels=max_pixels,
+                core_process=core_process,
             )
         except BaseException:
             backend.close()
@@ -177,15 +193,17 @@ class Pipeline(Closing):
             )
         return wanted, nearest_shape(wanted, self.shapes)
 
-    def core(self, shape: tuple[int, int]) -> tuple[Core, Artifact]:
+    def core(self, shape: tuple[int, int]) -> tuple[Core | ProcessCore, Artifact]:
         artifact = self._artifacts[shape]
         if shape not in self._cores:
             path = self.manifest.verify(artifact)
-            self._cores[shape] = Core(
+            kind = ProcessCore if self.core_process else Core
+            self._cores[shape] = kind(
                 path,
                 threads=self.threads,
                 fp16_arithmetic=self.fp16_arithmetic,
                 weight_cache=self.weight_cache,
+                precision=artifact.precision,
             )
         return self._cores[shape], artifact
 
@@ -229,6 +247,8 @@ class Pipeline(Closing):
             },
             source_mode=still.mode,
             exif_transposed=still.exif_transposed,
+            threads=core.threads,
+            fp16_arithmetic=core.fp16_arithmetic,
         )
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ class CpuFeatures:
     i8mm: bool  # Arm FEAT_I8MM
     sme: bool  # Arm SME
     cores: int
+    lse: bool = False  # Arm FEAT_LSE (Armv8.1 atomics; "atomics" in /proc/cpuinfo)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -45,6 +46,7 @@ class CpuFeatures:
             "dotprod": self.dotprod,
             "i8mm": self.i8mm,
             "sme": self.sme,
+            "lse": self.lse,
             "cores": self.cores,
         }
 
@@ -75,6 +77,7 @@ def parse_cpuinfo(text: str, machine: str) -> CpuFeatures:
         i8mm=arm and "i8mm" in flags,
         sme=arm and "sme" in flags,
         cores=os.cpu_count() or 1,
+        lse=arm and "atomics" in flags,
     )
 
 
@@ -115,6 +118,7 @@ def cpu_features() -> CpuFeatures:
             i8mm=arm and has("FEAT_I8MM"),
             sme=arm and has("FEAT_SME"),
             cores=os.cpu_count() or 1,
+            lse=arm and has("FEAT_LSE"),
         )
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
@@ -124,18 +128,50 @@ def cpu_features() -> CpuFeatures:
     return parse_cpuinfo(text, machine)
 
 
-def fp16_arithmetic(requested: bool | None = None, features: CpuFeatures | None = None) -> bool:
-    """Whether to ask XNNPACK for fp16 arithmetic.
+def litert_blocker(features: CpuFeatures | None = None) -> str | None:
+    """Why LiteRT cannot run on this CPU, or None.
 
-    ``requested`` (a flag) wins, then ``$DA3_EDGE_FP16_ARITHMETIC`` (1/0), then the
-    CPU: on only with native FP16 arithmetic.
+    ai-edge-litert 2.3.0's aarch64 wheel loads a library built for Armv8.1 atomics
+    (LSE) whenever a model is opened, and that library kills the process with SIGILL
+    on a CPU without them ("compiled with lse enabled, but this feature is not
+    available on this processor"): the Cortex-A72 of a Raspberry Pi 4, the A53 of a
+    Pi 3 / Zero 2. Found by the aarch64 lane; checked first so the user gets a
+    sentence instead of a dead process.
     """
+    f = features or cpu_features()
+    if f.machine in ("aarch64", "arm64") and not f.lse:
+        return (
+            f"this CPU ({f.model}) lacks Armv8.1 atomics (LSE), which ai-edge-litert's "
+            "aarch64 build requires: LiteRT would stop the process with SIGILL. "
+            "da3-edge needs a Raspberry Pi 5 (Cortex-A76) or newer"
+        )
+    return None
+
+
+def fp16_arithmetic(
+    requested: bool | None = None,
+    features: CpuFeatures | None = None,
+    precision: str | None = None,
+) -> bool:
+    """Whether to ask XNNPACK for fp16 arithmetic for a model of ``precision``.
+
+    Never for int8: XNNPACK cannot prepare the dynamic-range int8 model with FORCE_FP16
+    ("TfLiteXNNPackDelegate failed to prepare"; found by the aarch64 lane, where the
+    policy is on, and reproduced on x86_64). Otherwise ``requested`` (a flag) wins, then
+    ``$DA3_EDGE_FP16_ARITHMETIC`` (1/0), then the model and the CPU: on for fp16 models
+    (and an unknown precision) when the CPU has native FP16 arithmetic; fp32 models stay
+    fp32 unless asked.
+    """
+    if precision == "int8":
+        return False
     if requested is not None:
         return requested
     env = os.environ.get(ENV_FP16, "").strip().lower()
     if env in ("1", "true", "yes", "on"):
         return True
     if env in ("0", "false", "no", "off"):
+        return False
+    if precision not in (None, "fp16"):
         return False
     return (features or cpu_features()).fp16
 

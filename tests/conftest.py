@@ -6,9 +6,12 @@ in the official release layout, then converted through ``--weights``. They are c
 under ``$DA3_EDGE_TEST_CACHE`` (default ``.cache/tests``) with a stamp of the code
 that made them, so a second run reuses them and CI builds them once.
 
-Without the export environment (or, for the disk tests, without permission to mount
-a tmpfs), tests that need it skip, unless ``DA3_EDGE_STRICT_TESTS=1`` (set by
-scripts/check, so CI never passes by skipping), where they fail.
+Models whose cache is current are reused without the export environment: that is how
+the aarch64 lane (scripts/arm-lane.sh) runs the runtime tests on the very models the
+x86_64 run exported. Without the export environment (or, for the disk tests, without
+permission to mount a tmpfs), tests that need it skip, unless
+``DA3_EDGE_STRICT_TESTS=1`` (set by scripts/check, so CI never passes by skipping),
+where they fail.
 """
 
 from __future__ import annotations
@@ -124,12 +127,15 @@ def _code_stamp(args: list[str]) -> str:
     return digest.hexdigest()
 
 
-def run_export(python: Path, out: Path, args: list[str]) -> Path:
+def run_export(out: Path, args: list[str]) -> Path:
     """Run `da3-edge export ARGS` in the export env unless ``out`` is current."""
     stamp_file = out / ".stamp"
     stamp = _code_stamp(args)
     if stamp_file.exists() and stamp_file.read_text() == stamp:
         return out
+    python = export_python()
+    if not python.exists():
+        skip_or_fail(f"{out} is not current and the export environment is not at {python}")
     shutil.rmtree(out, ignore_errors=True)  # a stale cache: rebuild from scratch
     start = time.monotonic()
     cmd = [str(python), "-m", "edge", *args]
@@ -142,33 +148,39 @@ def run_export(python: Path, out: Path, args: list[str]) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def random_weights(export_env: Path) -> Path:
+def build_random_weights() -> Path:
     """Seeded random DA3-small weights in the official release layout."""
     out = cache_dir() / f"weights-seed{SEED}"
     args = ["export", "--random-init", str(SEED), "--save-weights", str(out), "--weights-only"]
-    return run_export(export_env, out, args)
+    return run_export(out, args)
 
 
-@pytest.fixture(scope="session")
-def small_models(export_env: Path, random_weights: Path) -> Path:
-    """fp32/fp16/int8 at one small shape: for tests that need a model, not the shapes."""
+def build_small_models() -> Path:
+    """fp32/fp16/int8 at one small shape: for tests that need a model, not the shapes.
+    (Also called by scripts/arm-lane.sh, so both lanes use the same files.)"""
+    weights = build_random_weights()
     out = cache_dir() / "small"
     shape = f"{SMALL_SHAPE[0]}x{SMALL_SHAPE[1]}"
     return run_export(
-        export_env,
-        out,
-        ["export", "--weights", str(random_weights), "--shape", shape, "--out", str(out)],
+        out, ["export", "--weights", str(weights), "--shape", shape, "--out", str(out)]
     )
 
 
 @pytest.fixture(scope="session")
-def full_models(export_env: Path, random_weights: Path) -> Path:
+def random_weights() -> Path:
+    return build_random_weights()
+
+
+@pytest.fixture(scope="session")
+def small_models() -> Path:
+    return build_small_models()
+
+
+@pytest.fixture(scope="session")
+def full_models(random_weights: Path) -> Path:
     """The default export: four shapes x fp32/fp16/int8, from the same weights."""
     out = cache_dir() / "full"
-    return run_export(
-        export_env, out, ["export", "--weights", str(random_weights), "--out", str(out)]
-    )
+    return run_export(out, ["export", "--weights", str(random_weights), "--out", str(out)])
 
 
 def photo_path(name: str) -> Path:

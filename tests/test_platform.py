@@ -62,6 +62,27 @@ def test_policy_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     assert platform.fp16_arithmetic(False, x86) is False
 
 
+def test_policy_by_model_precision() -> None:
+    pi5 = platform.parse_cpuinfo(PI5, "aarch64")
+    assert platform.fp16_arithmetic(features=pi5, precision="fp16") is True
+    assert platform.fp16_arithmetic(features=pi5, precision="fp32") is False  # unless asked
+    assert platform.fp16_arithmetic(True, pi5, precision="fp32") is True
+    # XNNPACK cannot prepare the int8 model with FORCE_FP16 (tests/test_core.py): never.
+    assert platform.fp16_arithmetic(features=pi5, precision="int8") is False
+    assert platform.fp16_arithmetic(True, pi5, precision="int8") is False
+
+
+def test_litert_needs_lse_on_arm() -> None:
+    pi5 = platform.parse_cpuinfo(PI5, "aarch64")
+    pi4 = platform.parse_cpuinfo(PI4, "aarch64")
+    x86 = platform.parse_cpuinfo(X86, "x86_64")
+    assert pi5.lse and not pi4.lse
+    assert platform.litert_blocker(pi5) is None
+    assert platform.litert_blocker(x86) is None
+    reason = platform.litert_blocker(pi4)
+    assert reason is not None and "Cortex-A72" in reason and "LSE" in reason
+
+
 def test_this_machine_is_detected() -> None:
     f = platform.cpu_features()
     assert f.cores >= 1 and f.machine

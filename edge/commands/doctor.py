@@ -52,16 +52,25 @@ def check_platform() -> list[Check]:
     from edge import platform
 
     f = platform.cpu_features()
-    feats = ", ".join(k for k in ("fp16", "dotprod", "i8mm", "sme") if getattr(f, k)) or "none"
-    policy = platform.fp16_arithmetic()
+    feats = (
+        ", ".join(k for k in ("fp16", "dotprod", "i8mm", "sme", "lse") if getattr(f, k)) or "none"
+    )
+    policy = platform.fp16_arithmetic(precision="fp16")
+    if os.environ.get(platform.ENV_FP16, "").strip():
+        why = f"set by {platform.ENV_FP16}"
+    elif policy:
+        why = "this CPU has native FP16 arithmetic"
+    else:
+        why = "no native FP16 arithmetic on this CPU"
     return [
         Check("cpu", OK, f"{f.model} ({f.machine}, {f.cores} cores); Arm features: {feats}"),
         Check(
             "fp16 policy",
             OK,
-            "fp16 arithmetic ON (XNNPACK FORCE_FP16)"
+            f"fp16 arithmetic on for fp16 models (XNNPACK FORCE_FP16; {why}); "
+            "fp32 and int8 models run as exported"
             if policy
-            else "fp16 arithmetic off (no native FP16 on this CPU; fp16 models run in fp32)",
+            else f"fp16 arithmetic off ({why}): fp16 models compute in fp32",
         ),
     ]
 
@@ -75,6 +84,11 @@ def check_litert() -> Check:
         )
     from importlib.metadata import version
 
+    from edge import platform
+
+    blocker = platform.litert_blocker()
+    if blocker:
+        return Check("litert", FAIL, f"ai-edge-litert {version('ai-edge-litert')}: {blocker}")
     return Check("litert", OK, f"ai-edge-litert {version('ai-edge-litert')}")
 
 
@@ -111,7 +125,7 @@ def check_models(directory: Path) -> list[Check]:
     if good:
         first = good[0]
         try:
-            with Core(manifest.artifact_path(first), threads=1) as core:
+            with Core(manifest.artifact_path(first), threads=1, precision=first.precision) as core:
                 loaded = f"; LiteRT loads {first.file} ({core.shape[0]}x{core.shape[1]})"
         except EdgeError as exc:
             out.append(Check(f"model {first.name}", FAIL, str(exc)))

@@ -30,7 +30,7 @@ def _check(manifest: Manifest, artifact: Artifact) -> None:
     if artifact.kind == "core":
         from edge.core import Core
 
-        with Core(path, threads=1) as core:
+        with Core(path, threads=1, precision=artifact.precision) as core:
             if core.shape != artifact.shape:
                 raise EdgeError(f"{path}: takes {core.shape}, manifest says {artifact.shape}")
 

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The aarch64 lane: da3-edge's runtime on Debian bookworm arm64, under qemu-user with
+# the Raspberry Pi 5's CPU model (Cortex-A76), on the same small DA3 model as the
+# x86_64 tests. Correctness only: emulation is ~100x slower and its timings mean
+# nothing, so none are reported.
+#
+#   scripts/arm-lane.sh            # everything (CI runs this after scripts/check)
+#   scripts/arm-lane.sh tests      # one step: prepare, tests, snap, installer
+#
+# Steps:
+#   prepare  qemu-user-static + binfmt_misc (F flag), a bookworm arm64 root filesystem
+#            from Debian's packages (mmdebstrap; cached as a tarball in .cache/arm), the
+#            locked runtime + test wheels for aarch64 (uv --python-platform), da3-edge.
+#   tests    the runtime test subset (RUNTIME_TESTS below) on cortex-a76, strict.
+#   snap     `da3-edge snap` on real photos, fp32/fp16/int8, on x86_64 and cortex-a76;
+#            the fp16 proof (the same fp16 artifact with the fp16 policy on and off);
+#            cortex-a72 (Pi 4): fp16 policy off, and LiteRT's SIGILL there (no LSE
+#            atomics) turned into a one-line error; `doctor` on both;
+#            scripts/arm/compare.py checks and records it all (report.json).
+#   installer  scripts/arm/installer-check.sh: scripts/install-pi.sh, twice, in a fresh
+#            copy of the root filesystem.
+#
+# qemu 7.2 (bookworm) shows the host's /proc/cpuinfo to the guest, which would make
+# LiteRT's cpuinfo and our fp16 policy see an x86 CPU: each run binds a Raspberry Pi
+# /proc/cpuinfo (scripts/arm/cpuinfo-pi{5,4}.txt) in a private mount namespace, with
+# QEMU_CPU set to the matching model. Needs root (mounts, chroot, binfmt_misc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+LANE=${DA3_EDGE_ARM_CACHE:-$REPO/.cache/arm}
+PACKAGES=python3,ca-certificates
+ROOTFS_TAR=$LANE/bookworm-arm64-${PACKAGES//,/+}.tar
+ROOT=$LANE/root
+OUT=$LANE/out
+export UV_PYTHON_DOWNLOADS=never
+
+# The runtime tests that run on aarch64: everything that needs no export environment
+# (torch) and no host tool absent from the lane's root filesystem (systemd-analyze),
+# minus the daemon's timing-based tests (their deadlines assume native speed).
+RUNTIME_TESTS=(
+    tests/test_platform.py tests/test_config.py tests/test_images.py tests/test_store.py
+    tests/test_models.py tests/test_core.py tests/test_coreproc.py tests/test_pipeline.py
+    tests/test_frames.py tests/test_doctor.py tests/test_systemd.py
+)
+
+timed() {
+    local name=$1; shift
+    local start=$SECONDS
+    echo "=== arm lane: $name"
+    "$@"
+    echo "--- arm lane: $name: $((SECONDS - start)) s"
+}
+
+# enter CPUINFO QEMU_CPU [VAR=VALUE...] -- CMD...: run CMD in the arm64 root, as on a Pi.
+# (`python3 -m edge`, not the da3-edge script: uv --target wrote the host's Python into
+# its shebang.)
+enter() {
+    local cpuinfo=$1 cpu=$2; shift 2
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    unshare --mount --propagation private -- bash -euc '
+        root=$1 cpuinfo=$2 cpu=$3 repo=$4 nenv=$5; shift 5
+        envs=("${@:1:$nenv}"); shift "$nenv"
+        mount -t proc proc "$root/proc"
+        mount --bind "$cpuinfo" "$root/proc/cpuinfo"
+        mount --rbind /sys "$root/sys"   # cpuinfo (in LiteRT) reads /sys/devices/system/cpu
+        mount --bind /dev "$root/dev"
+        mount -t tmpfs tmpfs "$root/tmp"
+        mkdir -p "$root$repo"
+        mount --bind "$repo" "$root$repo"   # same path inside: the test model cache matches
+        exec chroot "$root" /usr/bin/env -i QEMU_CPU="$cpu" HOME=/root LANG=C.UTF-8 \
+            PATH=/opt/da3-edge/site/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            PYTHONPATH=/opt/da3-edge/site PYTHONDONTWRITEBYTECODE=1 "${envs[@]}" "$@"
+    ' enter "$ROOT" "$REPO/scripts/arm/$cpuinfo" "$cpu" "$REPO" "${#envs[@]}" "${envs[@]}" "$@"
+}
+
+a76() { enter cpuinfo-pi5.txt cortex-a76 "$@"; }
+a72() { enter cpuinfo-pi4.txt cortex-a72 "$@"; }
+
+# snap prints each image's time; emulated times mean nothing, so they are not shown.
+no_times() { sed -E 's/: [0-9.]+ ms$/: done (emulated: time not reported)/'; }
+
+ensure_binfmt() {
+    local need=()
+    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+    command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+    if [ ${#need[@]} -gt 0 ]; then
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
+    fi
+    local fs=/proc/sys/fs/binfmt_misc
+    [ -e "$fs/register" ] || mount -t binfmt_misc binfmt_misc "$fs"
+    if [ ! -e "$fs/qemu-aarch64" ]; then
+        # As /usr/lib/binfmt.d/qemu-aarch64.conf, with F: the interpreter is opened now,
+        # so it works inside a chroot that does not contain it.
+        local magic='\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
+        local mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
+        printf '%s' ":qemu-aarch64:M::$magic:$mask:/usr/bin/qemu-aarch64-static:F" >"$fs/register"
+    fi
+    grep -q '^enabled' "$fs/qemu-aarch64"
+}
+
+prepare() {
+    ensure_binfmt
+    mkdir -p "$LANE"
+    if [ ! -f "$ROOTFS_TAR" ]; then
+        local partial=${ROOTFS_TAR%.tar}.partial.tar   # mmdebstrap picks the format by suffix
+        rm -rf "$ROOTFS_TAR" "$partial"
+        mmdebstrap --architectures=arm64 --variant=minbase --include="$PACKAGES" \
+            bookworm "$partial" >"$LANE/mmdebstrap.log" 2>&1 \
+            || { tail -20 "$LANE/mmdebstrap.log"; exit 1; }
+        mv "$partial" "$ROOTFS_TAR"
+    fi
+    rm -rf "$ROOT"
+    mkdir -p "$ROOT"
+    tar -xf "$ROOTFS_TAR" -C "$ROOT"
+    # Fallback for a binfmt registration without F (e.g. binfmt-support's own).
+    cp /usr/bin/qemu-aarch64-static "$ROOT/usr/bin/"
+    local reqs=$LANE/requirements.txt site=$ROOT/opt/da3-edge/site
+    uv export --frozen --no-dev --group test --no-emit-project --no-hashes -o "$reqs" >/dev/null
+    local py
+    py=$(enter_python_version)
+    uv pip install -q --target "$site" --python-platform aarch64-manylinux_2_28 \
+        --python-version "$py" -r "$reqs"
+    uv pip install -q --target "$site" --python-platform aarch64-manylinux_2_28 \
+        --python-version "$py" --no-deps "$REPO"
+    # The models both lanes use: exported on the host if not current (tests/conftest.py).
+    uv run --frozen --no-sync python -c \
+        'from tests.conftest import build_small_models; print(build_small_models())' \
+        >"$LANE/models-path"
+    a76 -- python3 -c 'import platform, edge; print("python", platform.python_version(), platform.machine(), "da3-edge", edge.__version__)'
+}
+
+enter_python_version() {
+    a76 -- python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'
+}
+
+run_tests() {
+    # No --durations: emulated times mean nothing.
+    a76 DA3_EDGE_STRICT_TESTS=1 -- python3 -m pytest -p no:cacheprovider -q -rfE \
+        "${RUNTIME_TESTS[@]/#/$REPO/}"
+}
+
+run_snap() {
+    local models photos
+    models=$(cat "$LANE/models-path")
+    rm -rf "$OUT"
+    mkdir -p "$OUT"
+    photos=$OUT/photos
+    uv run --frozen --no-sync python scripts/arm/compare.py photos "$photos"
+    local p
+    for p in fp32 fp16 int8; do
+        uv run --frozen --no-sync da3-edge snap --models "$models" --precision "$p" \
+            --threads 2 -o "$OUT/x86_64-$p" "$photos"
+        a76 -- python3 -m edge snap --models "$models" --precision "$p" --threads 2 \
+            -o "$OUT/a76-$p" "$photos" 2>&1 | no_times
+    done
+    # The fp16 proof: the same fp16 artifact, fp16 arithmetic forced off on the A76.
+    a76 DA3_EDGE_FP16_ARITHMETIC=0 -- python3 -m edge snap --models "$models" --precision fp16 \
+        --threads 2 -o "$OUT/a76-fp16-policy-off" "$photos" 2>&1 | no_times
+    # A Pi 4 (Cortex-A72: no FP16 arithmetic, no LSE atomics). LiteRT's aarch64 build
+    # dies with SIGILL there; da3-edge must say so in one line instead (exit 1), and
+    # doctor must report the fp16 policy off.
+    set +e
+    a72 -- python3 -m edge snap --models "$models" --precision fp16 --threads 2 \
+        -o "$OUT/a72-fp16" "$photos" >"$OUT/a72-snap.txt" 2>&1
+    echo "exit=$?" >>"$OUT/a72-snap.txt"
+    local fp16_model
+    fp16_model=$(ls "$models"/*_fp16.tflite | head -1)
+    a72 -- python3 "$REPO/scripts/arm/litert-load.py" "$fp16_model" >"$OUT/a72-litert.txt" 2>&1
+    echo "exit=$?" >>"$OUT/a72-litert.txt"
+    set -e
+    a76 -- python3 -m edge doctor --models "$models" --json >"$OUT/doctor-a76.json" || true
+    a72 -- python3 -m edge doctor --models "$models" --json >"$OUT/doctor-a72.json" || true
+    uv run --frozen --no-sync da3-edge doctor --models "$models" --json \
+        >"$OUT/doctor-x86_64.json" || true
+    uv run --frozen --no-sync python scripts/arm/compare.py check "$OUT"
+}
+
+run_installer() {
+    scripts/arm/installer-check.sh "$ROOTFS_TAR" "$(cat "$LANE/models-path")"
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(prepare tests snap installer)
+for step in "${steps[@]}"; do
+    case $step in
+        prepare) timed prepare prepare ;;
+        tests) timed "runtime tests on cortex-a76" run_tests ;;
+        snap) timed "snap: x86_64 vs cortex-a76, fp16 proof, doctor" run_snap ;;
+        installer) timed "install-pi.sh in the arm64 root" run_installer ;;
+        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, installer)" >&2; exit 2 ;;
+    esac
+done

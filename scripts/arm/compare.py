@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The aarch64 lane's checks: x86_64 against emulated Cortex-A76 outputs, the fp16 proof.
+
+    python scripts/arm/compare.py photos DIR   # the lane's input photos (real, small)
+    python scripts/arm/compare.py check OUT    # compare the snap outputs under OUT
+
+``check`` reads what scripts/arm-lane.sh wrote (`da3-edge snap` outputs, one directory
+per run: x86_64-<p>, a76-<p>, a76-fp16-policy-off; a72-*.txt; doctor-*.json), prints
+a table, writes OUT/report.json and exits 1 if any check fails:
+
+- the same model on x86_64 and on the A76 agrees per precision (limits: ARCH below);
+- fp16 on the A76 ran with fp16 arithmetic (its JSON says so) and gave outputs that
+  differ from the same artifact with the policy off (so FORCE_FP16 engaged), both
+  within Pearson >= 0.999 of the x86_64 fp32 reference;
+- on the A72 (Pi 4: no FP16 arithmetic, no LSE atomics) LiteRT itself dies with
+  SIGILL, and `da3-edge snap` says why in one line and exits 1 instead;
+- `doctor` reports the A76 as Cortex-A76 with fp16 on and LiteRT usable, the A72 as
+  Cortex-A72 with fp16 off and LiteRT blocked.
+
+Depth is compared as written in photo.npz (float32, at the photo's size).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from edge import parity  # noqa: E402
+
+PHOTOS = ("astronaut.png", "coffee.png")
+PHOTO_SIZE = (364, 280)  # (w, h): twice the small test model's 182x140
+# Same artifact, different CPU (XNNPACK picks other micro-kernels): per precision,
+# (min Pearson, max rel-L2). int8 quantises activations at run time; its rounding may
+# differ per kernel, so it gets int8's own limit.
+ARCH = {"fp32": (0.99999, 1e-4), "fp16": (0.9999, 5e-3), "int8": (0.99, None)}
+FP16_VS_FP32 = 0.999  # the issue's bar for fp16 arithmetic against the fp32 reference
+
+
+def make_photos(out: Path) -> None:
+    import skimage
+
+    data = Path(skimage.__file__).parent / "data"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in PHOTOS:
+        with Image.open(data / name) as im:
+            im.convert("RGB").resize(PHOTO_SIZE, Image.Resampling.LANCZOS).save(out / name)
+
+
+def load(run: Path) -> dict[str, tuple[np.ndarray, dict[str, object]]]:
+    out = {}
+    for name in PHOTOS:
+        stem = Path(name).stem
+        with np.load(run / f"{stem}.npz") as npz:
+            depth = npz["depth"].copy()
+        meta = json.loads((run / f"{stem}.json").read_text())
+        out[stem] = (depth, meta)
+    return out
+
+
+def check(out: Path) -> int:
+    names = [f"{arch}-{p}" for arch in ("x86_64", "a76") for p in ARCH] + ["a76-fp16-policy-off"]
+    runs = {name: load(out / name) for name in names}
+    rows: list[dict[str, object]] = []
+    failures: list[str] = []
+
+    def record(what: str, ok: bool, **numbers: object) -> None:
+        rows.append({"check": what, "ok": ok, **numbers})
+        if not ok:
+            failures.append(what)
+
+    def worst(a: str, b: str) -> dict[str, float]:
+        per = [parity.metrics(runs[a][s][0], runs[b][s][0]) for s in runs[a]]
+        return {
+            "pearson": min(m["pearson"] for m in per),
+            "rel_l2": max(m["rel_l2"] for m in per),
+            "max_abs": max(m["max_abs"] for m in per),
+        }
+
+    # Same artifact, same arithmetic, other CPU. (fp16 with the A76's default policy
+    # computes in fp16, x86_64 in fp32: that pair is the fp16 proof below; like for
+    # like is the A76 run with the policy off.)
+    pairs = [("fp32", "a76-fp32"), ("fp16", "a76-fp16-policy-off"), ("int8", "a76-int8")]
+    for p, run in pairs:
+        min_r, max_rel = ARCH[p]
+        m = worst(f"x86_64-{p}", run)
+        ok = m["pearson"] >= min_r and (max_rel is None or m["rel_l2"] <= max_rel)
+        record(f"{p}: cortex-a76 ({run}) vs x86_64, same arithmetic", ok, **m)
+
+    def flag(run: str) -> set[object]:
+        return {meta["fp16_arithmetic"] for _, meta in runs[run].values()}
+
+    record("fp16 arithmetic on for a76-fp16 (JSON)", flag("a76-fp16") == {True})
+    record(
+        "fp16 arithmetic off for a76-fp16-policy-off (JSON)", flag("a76-fp16-policy-off") == {False}
+    )
+    record("fp16 arithmetic off on x86_64 (JSON)", flag("x86_64-fp16") == {False})
+    on_off = worst("a76-fp16-policy-off", "a76-fp16")
+    record(
+        "fp16 policy on vs off: outputs differ (FORCE_FP16 engaged)",
+        on_off["max_abs"] > 0,
+        **on_off,
+    )
+    for run in ("a76-fp16", "a76-fp16-policy-off"):
+        m = worst("x86_64-fp32", run)
+        ok = m["pearson"] >= FP16_VS_FP32
+        record(f"{run} vs x86_64 fp32: Pearson >= {FP16_VS_FP32}", ok, **m)
+
+    litert = (out / "a72-litert.txt").read_text(errors="replace")
+    record(
+        "cortex-a72: LiteRT itself dies with SIGILL (no LSE atomics)",
+        "exit=132" in litert and "lse enabled" in litert,
+        detail=[ln for ln in litert.splitlines() if "FATAL" in ln or "exit=" in ln],
+    )
+    snap = (out / "a72-snap.txt").read_text(errors="replace")
+    record(
+        "cortex-a72: da3-edge snap says why in one line, exit 1",
+        "exit=1" in snap and "lacks Armv8.1 atomics (LSE)" in snap,
+        detail=[ln for ln in snap.splitlines() if "LSE" in ln][:1],
+    )
+
+    cpus = (("a76", "Cortex-A76", "on", True), ("a72", "Cortex-A72", "off", False))
+    for cpu, model, fp16, usable in cpus:
+        doctor = json.loads((out / f"doctor-{cpu}.json").read_text())
+        checks = {c["name"]: c for c in doctor["checks"]}
+        detail = " | ".join(checks[k]["detail"] for k in ("cpu", "fp16 policy", "litert"))
+        ok = (
+            model in checks["cpu"]["detail"]
+            and "aarch64" in checks["cpu"]["detail"]
+            and checks["fp16 policy"]["detail"].startswith(f"fp16 arithmetic {fp16}")
+            and (checks["litert"]["status"] == "ok") == usable
+            and (checks.get("models", {}).get("status") == "ok") == usable
+            and doctor["ok"] == usable
+        )
+        verdict = "LiteRT and models ok" if usable else "LiteRT blocked, not ok"
+        record(f"doctor on {cpu}: {model}, fp16 {fp16}, {verdict}", ok, detail=detail)
+
+    (out / "report.json").write_text(json.dumps(rows, indent=2) + "\n")
+    for row in rows:
+        numbers = ", ".join(
+            f"{k} {v:.7f}" if isinstance(v, float) else f"{k}: {v}"
+            for k, v in row.items()
+            if k not in ("check", "ok")
+        )
+        print(
+            f"{'ok  ' if row['ok'] else 'FAIL'} {row['check']}"
+            + (f"  [{numbers}]" if numbers else "")
+        )
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print(f"all {len(rows)} checks passed ({len(PHOTOS)} photos)")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("photos", "check"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    if argv[0] == "photos":
+        make_photos(Path(argv[1]))
+        return 0
+    return check(Path(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
