@@ -20,12 +20,13 @@ import contextlib
 import io
 import json
 import platform
+import struct
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from edge import __version__, atomic
 from edge.pipeline import DepthFrame
@@ -76,9 +77,41 @@ def inverse_normalised(depth: np.ndarray) -> np.ndarray:
 
 
 def _png(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, format="PNG", compress_level=PNG_LEVEL)
-    return buf.getvalue()
+    """A PNG of 8-bit grey or RGB, or 16-bit grey: every row Sub-filtered, zlib level 1.
+
+    Written here rather than by Pillow, whose encoder tries every PNG filter on every
+    row: measured on a 1200x1600 map, 16-bit depth 89 -> 27 ms and the RGB preview
+    83 -> 31 ms, the files within a few % of Pillow's size. zlib also lets go of the
+    GIL while it compresses, so the daemon's writer no longer holds up inference.
+    Any PNG reader reads them (the tests decode them with Pillow, bit-exact).
+    """
+    h, w = array.shape[:2]
+    if array.dtype == np.uint16 and array.ndim == 2:
+        depth, colour, bpp = 16, 0, 2
+        raw = array.astype(">u2").view(np.uint8).reshape(h, w * 2)
+    elif array.dtype == np.uint8 and array.ndim == 3 and array.shape[2] == 3:
+        depth, colour, bpp = 8, 2, 3
+        raw = np.ascontiguousarray(array).reshape(h, w * 3)
+    elif array.dtype == np.uint8 and array.ndim == 2:
+        depth, colour, bpp = 8, 0, 1
+        raw = np.ascontiguousarray(array)
+    else:
+        raise ValueError(f"no PNG layout for {array.dtype} {array.shape}")
+    rows = np.empty((h, raw.shape[1] + 1), dtype=np.uint8)
+    rows[:, 0] = 1  # filter type Sub: each byte minus the one bpp bytes to its left
+    rows[:, 1 : bpp + 1] = raw[:, :bpp]
+    np.subtract(raw[:, bpp:], raw[:, :-bpp], out=rows[:, bpp + 1 :])  # wraps mod 256
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", w, h, depth, colour, 0, 0, 0)
+    idat = zlib.compress(rows.data, PNG_LEVEL)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
 
 
 def depth_png(depth: np.ndarray, inv: np.ndarray | None = None) -> bytes:

@@ -51,13 +51,34 @@ def render(data: dict) -> str:  # type: ignore[type-arg]
             + ("<= 0.5 and <= 350 MiB" if name == "da3-edge" else "")
             + " |"
         )
+    d = data.get("daemon")
+    if d:
+        rows.append(
+            f"| daemon `da3-edge run`, replayed 1200x1600 JPEGs at {d['replay_fps']:g} fps ({d['precision']}) | | "
+            f"{d['fps']:.2f} frames/s | {d['ratio_to_core_rate']:.2f} x (1 / core {d['core_s'] * 1000:.0f} ms) | >= 0.8 |"
+        )
+    peak = data.get("gemm_peak_flops_per_s")
+    flops_lines = []
+    if peak:
+        flops_lines = [
+            "",
+            f"The network: {data['flops'] / 1e9:.1f} GFLOP per forward at "
+            f"{data['core_shape'][0]}x{data['core_shape'][1]} (counted by torch's FlopCounterMode on "
+            f"the reference forward); this machine's fp32 GEMM peak: {peak / 1e9:.0f} GFLOP/s "
+            f"(torch.mm, {data['threads']} threads, best of 512-2048 squares).",
+            "",
+            "| core | GFLOP/s achieved | of GEMM peak |",
+            "| --- | --- | --- |",
+        ]
+        for precision, rate in data["core_flops_per_s"].items():
+            flops_lines.append(f"| {precision} | {rate / 1e9:.0f} | {rate / peak:.0%} |")
     cpu = data["machine"]["cpu"]
     head = (
         f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), {data['threads']} threads, "
         f"{data['rounds']} alternating rounds (medians), git {data['machine']['git_revision']}, "
         f"image: {data['image']}."
     )
-    return "\n".join([BEGIN, head, "", *rows, END])
+    return "\n".join([BEGIN, head, "", *rows, *flops_lines, END])
 
 
 def main(argv: list[str]) -> int:

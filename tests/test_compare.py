@@ -28,6 +28,8 @@ def test_compare_pytorch_short(
             str(full_models),
             "--rounds",
             "1",
+            "--daemon-frames",
+            "4",
             "--json",
             str(out),
         ],
@@ -45,3 +47,11 @@ def test_compare_pytorch_short(
     for name in data["still_s"]:
         assert data["still_peak_rss_mib"][name] > 50
     assert data["still_ratio"]["pytorch"] == 1.0
+    # DA3-small's mono depth+conf path is ~58 GFLOP at 378x504 (the model card's figure).
+    assert 45e9 < data["flops"] < 70e9, data["flops"]
+    assert data["gemm_peak_flops_per_s"] > 1e9
+    for precision, rate in data["core_flops_per_s"].items():
+        assert 0 < rate < 3 * data["gemm_peak_flops_per_s"], (precision, rate)
+    daemon = data["daemon"]
+    assert daemon["frames"] == 4 and daemon["precision"] == "fp16"
+    assert daemon["fps"] > 0 and daemon["ratio_to_core_rate"] > 0

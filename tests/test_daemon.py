@@ -136,6 +136,22 @@ def test_replay_source(small_models: Path, photos: Path, tmp_path: Path) -> None
     assert len(sizes) >= 2  # different photos went through
 
 
+def test_replay_hands_over_decoded_frames_once_decoded(photos: Path) -> None:
+    from edge.camera.replay import ReplaySource
+
+    source = ReplaySource(photos / "good", fps=1000)
+    source.open()
+    n = len(source._files)
+    first = [source.read(1.0).rgb for _ in range(n)]
+    again = [source.read(1.0).rgb for _ in range(n)]
+    assert all(a is b for a, b in zip(first, again, strict=True))  # not decoded again
+    assert not any(a.flags.writeable for a in again)  # shared: nobody may write into it
+    source.close()
+    source.open()  # a reopen reads the files again
+    assert source.read(1.0).rgb is not first[0]
+    source.close()
+
+
 def test_camera_errors_reopen_with_backoff(small_models: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
     cfg = write_config(tmp_path / "c.toml", "fake:openfail*6,ok*3,error*2,ok", store, small_models)

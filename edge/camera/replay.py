@@ -5,6 +5,10 @@ Frames come at ``fps``; ``loop`` starts over at the end, otherwise the end is a
 the backoff: use ``:once`` with care). Images are decoded with ``edge.images``
 (EXIF orientation applied), so a replay of phone photos matches ``snap``. Video
 needs OpenCV.
+
+Decoded images are kept (read-only) while they fit in ``CACHE_BYTES``: a camera hands
+over decoded frames, and a replay that re-decoded a 1200x1600 JPEG for every frame
+would spend CPU (~15 ms a frame) a real camera does not.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any
 from edge import images
 from edge.camera.base import CameraError, Frame, SourceBase
 from edge.errors import EdgeError
+
+CACHE_BYTES = 64 * 1024 * 1024
 
 
 class ReplaySource(SourceBase):
@@ -30,9 +36,13 @@ class ReplaySource(SourceBase):
         self._index = 0
         self._seq = 0
         self._next_due = 0.0
+        self._decoded: dict[Path, Any] = {}
+        self._decoded_bytes = 0
         self.is_open = False
 
     def open(self) -> None:
+        self._decoded.clear()  # a reopen reads the files again
+        self._decoded_bytes = 0
         if self.path.is_dir():
             self._files = sorted(
                 p
@@ -75,10 +85,18 @@ class ReplaySource(SourceBase):
             self._index = 0
         path = self._files[self._index]
         self._index += 1
+        cached = self._decoded.get(path)
+        if cached is not None:
+            return cached
         try:
-            return images.load(path).rgb
+            rgb = images.load(path).rgb
         except EdgeError as exc:
             raise CameraError(f"replay: {exc}") from None
+        if self._decoded_bytes + rgb.nbytes <= CACHE_BYTES:
+            rgb.flags.writeable = False  # shared by every replay of this image
+            self._decoded[path] = rgb
+            self._decoded_bytes += rgb.nbytes
+        return rgb
 
     def read(self, timeout: float) -> Frame:
         if not self.is_open:
