@@ -54,6 +54,7 @@ class StoreConfig:
     keep_frames: int = 100
     max_bytes: int = 268435456
     formats: tuple[str, ...] = FORMATS
+    preview_max_side: int = 640
     persist_dir: str = ""
     persist_every: float = 60.0
     persist_keep: int = 100
@@ -198,6 +199,8 @@ def validate(config: Config, text: str = "") -> None:
     bad = [f for f in store.formats if f not in FORMATS]
     if bad:
         fail("store", "formats", f"has unknown format(s) {bad} (use {', '.join(FORMATS)})")
+    if store.preview_max_side < 0:
+        fail("store", "preview_max_side", "must be 0 (full size) or more")
     if store.persist_every <= 0:
         fail("store", "persist_every", "must be positive")
     if store.persist_keep < 1:

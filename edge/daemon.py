@@ -135,6 +135,7 @@ class Daemon:
             keep_frames=s.keep_frames,
             max_bytes=s.max_bytes,
             formats=s.formats,
+            preview_max_side=s.preview_max_side,
             persist_dir=Path(s.persist_dir) if s.persist_dir else None,
             persist_every=s.persist_every,
             persist_keep=s.persist_keep,

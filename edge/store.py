@@ -70,6 +70,7 @@ class FrameStore:
         keep_frames: int = 100,
         max_bytes: int = 256 << 20,
         formats: tuple[str, ...] = frames.FORMATS,
+        preview_max_side: int = 0,
         persist_dir: Path | None = None,
         persist_every: float = 60.0,
         persist_keep: int = 100,
@@ -79,6 +80,7 @@ class FrameStore:
         self.keep_frames = keep_frames
         self.max_bytes = max_bytes
         self.formats = tuple(dict.fromkeys((*formats, "json")))  # json is the record
+        self.preview_max_side = preview_max_side
         self.persist_dir = persist_dir
         self.persist_every = persist_every
         self.persist_keep = persist_keep
@@ -123,7 +125,11 @@ class FrameStore:
         final = self.frames_dir / name
         try:
             tmp.mkdir()
-            blobs = frames.render(frame, [f for f in self.formats if f != "json"])
+            blobs = frames.render(
+                frame,
+                [f for f in self.formats if f != "json"],
+                preview_max_side=self.preview_max_side,
+            )
             record = {**frame.summary(), **record, "store_seq": seq}
             record["versions"] = frames.versions()
             if frame.random_init:

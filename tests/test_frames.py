@@ -37,12 +37,12 @@ def test_png_round_trips_bit_exact(
 ) -> None:
     array = _smooth(shape, dtype, top, seed=len(shape))
     array.flat[0], array.flat[-1] = 0, top  # both extremes
-    data = frames._png(array)
-    with Image.open(io.BytesIO(data)) as im:
-        im.load()
-        assert im.format == "PNG" and im.mode.startswith(mode[:3])
-        decoded = np.asarray(im)
-    np.testing.assert_array_equal(decoded.astype(np.int64), array.astype(np.int64))
+    for level in (frames.PNG_LEVEL, 0):  # compressed (Sub filter) and stored
+        with Image.open(io.BytesIO(frames._png(array, level))) as im:
+            im.load()
+            assert im.format == "PNG" and im.mode.startswith(mode[:3])
+            decoded = np.asarray(im)
+        np.testing.assert_array_equal(decoded.astype(np.int64), array.astype(np.int64))
 
 
 def test_png_size_is_close_to_pillows() -> None:
@@ -57,3 +57,20 @@ def test_png_size_is_close_to_pillows() -> None:
 def test_png_refuses_other_layouts() -> None:
     with pytest.raises(ValueError, match="no PNG layout"):
         frames._png(np.zeros((4, 4), np.float32))
+
+
+def test_preview_shrinks_by_box_average() -> None:
+    depth = 1.0 + _smooth((1200, 1600), np.uint16, 65535, seed=3).astype(np.float32)
+    with Image.open(io.BytesIO(frames.preview_png(depth, max_side=640))) as small:
+        assert small.size == (533, 400)  # 1600/3 x 1200/3: blocks of 3 x 3
+    with Image.open(io.BytesIO(frames.preview_png(depth))) as full:
+        assert full.size == (1600, 1200)
+        full_rgb = np.asarray(full, dtype=np.float64)
+    with Image.open(io.BytesIO(frames.preview_png(depth[:90, :90], max_side=640))) as tiny:
+        assert tiny.size == (90, 90)  # never enlarged
+    inv = frames.inverse_normalised(depth)
+    expected = inv[:1200, :1599].reshape(400, 3, 533, 3).mean(axis=(1, 3))
+    with Image.open(io.BytesIO(frames.preview_png(depth, max_side=640))) as small:
+        lut_index = np.rint(expected * 255).astype(np.uint8)
+        np.testing.assert_array_equal(np.asarray(small), frames.COLORMAP[lut_index])
+    assert full_rgb.shape == (1200, 1600, 3)
