@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .conftest import run_cli, tmpfs
 
 
@@ -49,3 +51,28 @@ def test_tampered_model_and_read_only_store(small_models: Path, tmp_path: Path) 
         and "truncated" in checks["model 140x182 int8"]["detail"]
     )
     assert checks["store"]["status"] == "FAIL" and "NOT writable" in checks["store"]["detail"]
+
+
+def test_picamera2_that_fails_to_import(
+    small_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bookworm's trap: picamera2 is there, but its numpy-1 extensions fail under numpy 2.
+    A stand-in package that fails the same way: doctor warns, the source says why."""
+    fake = tmp_path / "site" / "picamera2"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise ValueError("numpy.dtype size changed, may indicate binary incompatibility")\n'
+    )
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    proc = run_cli(
+        ["doctor", "--models", str(small_models), "--store", str(tmp_path / "store"), "--json"]
+    )
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["picamera2"]["status"] == "warn"
+    assert "fails to import (ValueError: numpy.dtype size changed" in checks["picamera2"]["detail"]
+    monkeypatch.syspath_prepend(str(fake.parent))
+    from edge.camera.base import CameraError
+    from edge.camera.picamera2 import Picamera2Source
+
+    with pytest.raises(CameraError, match=r"fails to import .* numpy<2"):
+        Picamera2Source().open()

@@ -35,6 +35,12 @@ class Picamera2Source(SourceBase):
                 "the picamera2 source needs picamera2: sudo apt install python3-picamera2, "
                 "and a venv made with --system-site-packages (scripts/install-pi.sh does both)"
             ) from None
+        except Exception as exc:  # e.g. numpy 2 in the venv under bookworm's numpy-1 builds
+            raise CameraError(
+                f"picamera2 is installed but fails to import ({type(exc).__name__}: {exc}); "
+                "on Raspberry Pi OS bookworm the venv needs numpy<2 "
+                "(scripts/install-pi.sh pins it)"
+            ) from None
         try:
             cam = Picamera2()
             config = cam.create_video_configuration(

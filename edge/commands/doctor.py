@@ -12,6 +12,7 @@ WARNs (no camera here, no ExecuTorch) do not.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -21,6 +22,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from edge.errors import first_line
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -169,7 +172,21 @@ def check_cameras() -> list[Check]:
             )
         )
     if importlib.util.find_spec("picamera2") is not None:
-        out.append(Check("picamera2", OK, "importable"))
+        # Really import it: on bookworm a numpy 2 in the venv makes the import fail
+        # although the package is there (its apt-built extensions need numpy 1).
+        try:
+            importlib.import_module("picamera2")
+        except Exception as exc:
+            out.append(
+                Check(
+                    "picamera2",
+                    WARN,
+                    f"installed but fails to import ({type(exc).__name__}: {first_line(exc)}); "
+                    "bookworm needs numpy<2 in the venv (scripts/install-pi.sh pins it)",
+                )
+            )
+        else:
+            out.append(Check("picamera2", OK, "importable"))
     else:
         out.append(
             Check(

@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# Run scripts/install-pi.sh for real in a Debian arm64 root file system under qemu-user
+# emulation, twice, and check that it installs what it says and that a second run
+# changes nothing. Needs root, unshare, chroot, and qemu-aarch64-static registered with
+# binfmt_misc (flag F) on a non-arm64 host; the chroot needs deb.debian.org and PyPI.
+#
+#   scripts/arm/installer-check.sh ROOTFS_TAR MODELS_DIR
+#
+# ROOTFS_TAR: e.g. mmdebstrap --architectures=arm64 --variant=minbase
+#   --include=python3,ca-certificates bookworm rootfs.tar
+# MODELS_DIR: a model directory (manifest.json + *.tflite), e.g. .cache/tests/small.
+#
+# Each run extracts a fresh copy of the tarball into a temporary directory, mounts what
+# the chroot needs in a private mount and PID namespace (gone when the check ends, even
+# on failure), and deletes the copy at the end. Emulated: timings mean nothing. Behind a
+# TLS-intercepting proxy, the host's /usr/local/share/ca-certificates/*.crt and its
+# proxy and SSL_CERT_FILE variables are carried into the chroot.
+set -Eeuo pipefail
+
+PROG=installer-check.sh
+die() { echo "$PROG: error: $*" >&2; exit 1; }
+
+# ------------------------------------------------------------------ inside the namespace
+if [ "${1:-}" = --inner ]; then
+    : "${WORK:?}" "${ROOT:?}" "${SNAP:?}" "${WHEEL:?}" "${URL_SHA:?}"
+    mount -t proc proc "$ROOT/proc"
+    if [ "$(uname -m)" != aarch64 ]; then
+        # qemu 7.2 shows the guest the host's x86 /proc/cpuinfo, and LiteRT's cpuinfo then
+        # crashes (SIGSEGV, or qemu hangs on it): show a Raspberry Pi 5's, as scripts/arm-lane.sh does.
+        mount --bind "$SNAP/scripts/arm/cpuinfo-pi5.txt" "$ROOT/proc/cpuinfo"
+    fi
+    mount --rbind /dev "$ROOT/dev"
+    mount -t sysfs -o ro sysfs "$ROOT/sys"
+    mount -t tmpfs -o mode=0755 tmpfs "$ROOT/run"  # no /run/systemd/system: systemd is not running
+    mkdir -p "$ROOT/run/lock"
+    for pair in "$SNAP:/src" "$WORK/dist:/mnt/dist" "$WORK/models:/mnt/models" "$WORK/url:/mnt/url"; do
+        mkdir -p "$ROOT${pair#*:}"
+        mount --bind "${pair%%:*}" "$ROOT${pair#*:}"
+        mount -o remount,bind,ro "$ROOT${pair#*:}"
+    done
+
+    envs=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+        LANG=C.UTF-8 TERM=dumb QEMU_CPU=cortex-a76)
+    for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY \
+        PIP_INDEX_URL UV_DEFAULT_INDEX UV_INDEX_URL SSL_CERT_FILE SSL_CERT_DIR PIP_CERT UV_NATIVE_TLS; do
+        [ -n "${!v:-}" ] && envs+=("$v=${!v}")
+    done
+    in_root() { chroot "$ROOT" /usr/bin/env -i "${envs[@]}" "$@"; }
+    as_daemon() {
+        in_root runuser -u da3-edge -- /usr/bin/env DA3_EDGE_MODELS=/var/lib/da3-edge/models "$@"
+    }
+
+    if [ -n "$(ls "$ROOT"/usr/local/share/ca-certificates/*.crt 2>/dev/null)" ]; then
+        in_root update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates failed in the chroot"
+    fi
+
+    FAILED=0
+    CHECKS=0
+    ok() { CHECKS=$((CHECKS + 1)); echo "ok    $*"; }
+    bad() { CHECKS=$((CHECKS + 1)); FAILED=$((FAILED + 1)); echo "FAIL  $*"; }
+    check() {  # check DESCRIPTION COMMAND...
+        local desc=$1; shift
+        if "$@"; then ok "$desc"; else bad "$desc"; fi
+    }
+    install_run() {  # install_run NAME ARGS...: the installer in the chroot, logged
+        local name=$1 start=$SECONDS rc; shift
+        echo "--- install-pi.sh $* ($name)"
+        set +e
+        in_root bash /src/scripts/install-pi.sh "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+        rc=$?
+        set -e
+        sed 's/^/  | /' "$WORK/$name.out"
+        sed 's/^/  ! /' "$WORK/$name.err"
+        echo "--- exit $rc after $((SECONDS - start)) s (emulated)"
+        return $rc
+    }
+    snapshot() {  # content, owner, mode and link target of everything the installer owns
+        (
+            cd "$ROOT"
+            dirs=(opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge)
+            find "${dirs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum
+            find "${dirs[@]}" -printf '%M %U:%G %p -> %l\n' | sort
+        )
+    }
+    same_snapshot() { diff -u "$WORK/$1.snap" "$WORK/$2.snap" | head -n 40; cmp -s "$WORK/$1.snap" "$WORK/$2.snap"; }
+    grep_not() { local re=$1; shift; ! cat "$@" | grep -E -q "$re"; }
+    count_users() { [ "$(grep -c '^da3-edge:' "$ROOT/etc/passwd")" = 1 ] && [ "$(grep -c '^da3-edge:' "$ROOT/etc/group")" = 1 ]; }
+    model_files() { (cd "$ROOT/var/lib/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
+
+    # 1. A fresh install from the wheel, models from a directory.
+    install_run run1 --from "/mnt/dist/$WHEEL" --models /mnt/models \
+        || die "the first install failed (above)"
+    ok "first install: exit 0"
+    check "user da3-edge exists once (passwd and group)" count_users
+    enabled=$(in_root systemctl is-enabled da3-edge 2>&1 || true)
+    check "systemctl is-enabled da3-edge: '$enabled'" test "$enabled" = enabled
+    check "service not started (no systemd running here)" grep -q "systemd is not running here" "$WORK/run1.out"
+    check "config written from --print-default-config" grep -q '^source = "picamera2"' "$ROOT/etc/da3-edge/da3-edge.toml"
+    check "unit, docs and systemd/README.md in place" test -f "$ROOT/etc/systemd/system/da3-edge.service" \
+        -a -f "$ROOT/opt/da3-edge/systemd/README.md" -a -f "$ROOT/opt/da3-edge/docs/README.md"
+    check "models verified before they went live" grep -q "  ok$" "$WORK/run1.out"
+    check "models owned by da3-edge" test "$(in_root stat -c %U /var/lib/da3-edge/models/manifest.json)" = da3-edge
+    deb_numpy=$(in_root dpkg-query -W -f='${Version}' python3-numpy 2>/dev/null || true)
+    [ -n "$deb_numpy" ] || deb_numpy=$(in_root apt-cache policy python3-numpy | awk '/Candidate:/ {print $2}')
+    deb_numpy=${deb_numpy#*:}
+    venv_numpy=$(in_root /opt/da3-edge/venv/bin/python -c 'import numpy; print(numpy.__version__)')
+    check "venv numpy $venv_numpy has the major version of Debian's python3-numpy $deb_numpy" \
+        test "${venv_numpy%%.*}" = "${deb_numpy%%.*}"
+    echo "--- da3-edge doctor (as da3-edge)"
+    set +e
+    as_daemon /opt/da3-edge/venv/bin/da3-edge doctor >"$WORK/doctor.out" 2>&1
+    rc=$?
+    set -e
+    sed 's/^/  | /' "$WORK/doctor.out"
+    check "da3-edge doctor: exit $rc, ready" test $rc = 0
+    # fp32: emulated fp16 arithmetic (the config's fp16 on a Cortex-A76) takes a minute a frame.
+    echo "--- da3-edge run --source fake --precision fp32 --max-frames 2 (as da3-edge, the installed config)"
+    set +e
+    as_daemon /opt/da3-edge/venv/bin/da3-edge run --config /etc/da3-edge/da3-edge.toml \
+        --source fake --precision fp32 --store /tmp/installer-check-store --max-frames 2 >"$WORK/run.out" 2>&1
+    rc=$?
+    set -e
+    sed 's/^/  | /' "$WORK/run.out" | tail -n 4
+    check "the installed daemon wrote frames: exit $rc" \
+        test $rc = 0 -a -f "$ROOT/tmp/installer-check-store/latest/frame.json"
+    rm -rf "$ROOT/tmp/installer-check-store"
+
+    # 2. The same install again, after a user edit to the config: nothing may change.
+    sed -i 's/^keep_frames = 100$/keep_frames = 50  # edited by installer-check/' "$ROOT/etc/da3-edge/da3-edge.toml"
+    snapshot >"$WORK/before2.snap"
+    install_run run2 --from "/mnt/dist/$WHEEL" --models /mnt/models || bad "second install: exit non-zero"
+    snapshot >"$WORK/after2.snap"
+    check "second install changed nothing ($(wc -l <"$WORK/after2.snap") entries compared)" same_snapshot before2 after2
+    check "second install kept the edited config" grep -q 'edited by installer-check' "$ROOT/etc/da3-edge/da3-edge.toml"
+    check "second install: no apt installs, no downloads, no package installs" \
+        grep_not 'Setting up |Unpacking |Download|Installed [0-9]+ package|^ \+ |installed uv' "$WORK/run2.out" "$WORK/run2.err"
+    check "second install: program and models reported unchanged" \
+        grep -q "unchanged: $WHEEL is installed" "$WORK/run2.out"
+    check "second install: models reported unchanged" \
+        grep -q "unchanged: same files as /mnt/models" "$WORK/run2.out"
+    check "user da3-edge still exists once" count_users
+
+    # 3. From the checkout (the default for a git clone on the Pi): the same code, so unchanged.
+    install_run run3 --models /mnt/models || bad "install from the checkout: exit non-zero"
+    snapshot >"$WORK/after3.snap"
+    check "install from the checkout builds the same wheel: reported unchanged" \
+        grep -q "unchanged: $WHEEL is installed" "$WORK/run3.out"
+    check "install from the checkout changed nothing" same_snapshot after2 after3
+
+    # 4. Models from a URL with the right SHA-256 (a different set: int8 only).
+    install_run run4 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
+        --models-sha256 "$URL_SHA" || bad "--models-url: exit non-zero"
+    check "--models-url: SHA-256 checked" grep -q "SHA-256 ok" "$WORK/run4.out"
+    expected=$( (cd "$WORK/url/src/da3-edge-models" && ls -A && echo .tar-sha256) | sort | tr '\n' ' ')
+    check "--models-url: models replaced by exactly the archive's files ($(model_files))" \
+        test "$(model_files)" = "$expected"
+    check "--models-url: da3-edge models lists the new set" grep -q "int8" "$WORK/run4.out"
+    snapshot >"$WORK/after4.snap"
+    install_run run5 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
+        --models-sha256 "$URL_SHA" || bad "--models-url again: exit non-zero"
+    snapshot >"$WORK/after5.snap"
+    check "--models-url again: not downloaded again" grep -q "unchanged: /var/lib/da3-edge/models already holds" "$WORK/run5.out"
+    check "--models-url again: nothing changed" same_snapshot after4 after5
+
+    # 5. A wrong SHA-256: refused with one line, nothing changed, nothing left behind.
+    wrong=$(printf 'not the archive' | sha256sum | cut -d' ' -f1)
+    if install_run run6 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
+        --models-sha256 "$wrong"; then
+        bad "wrong SHA-256: accepted"
+    else
+        ok "wrong SHA-256: refused (non-zero exit)"
+    fi
+    snapshot >"$WORK/after6.snap"
+    check "wrong SHA-256: one line on stderr, naming the mismatch" \
+        test "$(wc -l <"$WORK/run6.err")" = 1 -a -n "$(grep 'SHA-256 mismatch' "$WORK/run6.err")"
+    check "wrong SHA-256: nothing changed" same_snapshot after5 after6
+    leftovers=$(cd "$ROOT" && ls -d tmp/da3-edge-install.* var/lib/da3-edge/.models-* 2>/dev/null || true)
+    check "no temporary files left behind${leftovers:+: $leftovers}" test -z "$leftovers"
+
+    # 6. The numpy question (docs/how-to/raspberry-pi.md): an apt-built numpy extension
+    # (python3-pywt: Cython against Debian's numpy, as picamera2's simplejpeg is) must
+    # import in the installed venv. numpy 2.x over a Debian numpy 1.x breaks it with
+    # "numpy.dtype size changed"; this is not part of the install, so after the snapshots.
+    echo "--- apt-get install python3-pywt; import it in /opt/da3-edge/venv"
+    if in_root apt-get install -y -q --no-install-recommends python3-pywt >"$WORK/pywt.out" 2>&1; then
+        set +e
+        in_root /opt/da3-edge/venv/bin/python -c 'import numpy, pywt; print("numpy", numpy.__version__, "pywt", pywt.__version__)' >"$WORK/pywt-import.out" 2>&1
+        rc=$?
+        set -e
+        sed 's/^/  | /' "$WORK/pywt-import.out" | tail -n 3
+        check "Debian's python3-pywt (built against Debian's numpy) imports in the venv" test $rc = 0
+    else
+        tail -n 3 "$WORK/pywt.out"
+        bad "apt-get install python3-pywt"
+    fi
+
+    echo "=== $CHECKS checks, $FAILED failed"
+    [ "$FAILED" = 0 ]
+    exit
+fi
+
+# ------------------------------------------------------------------ outside: set up, clean up
+[ $# -eq 2 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+ROOTFS_TAR=$1
+MODELS_SRC=$(cd "$2" 2>/dev/null && pwd) || die "$2: no such directory"
+[ -f "$ROOTFS_TAR" ] || die "$ROOTFS_TAR: no such file"
+[ -f "$MODELS_SRC/manifest.json" ] || die "$MODELS_SRC: no manifest.json (not a model directory)"
+[ "$(id -u)" -eq 0 ] || die "needs root (chroot, mounts)"
+CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+for tool in unshare chroot uv findmnt; do command -v $tool >/dev/null || die "$tool not found"; done
+
+if [ "$(uname -m)" != aarch64 ]; then
+    binfmt=/proc/sys/fs/binfmt_misc
+    [ -e $binfmt/register ] || mount -t binfmt_misc binfmt_misc $binfmt
+    if [ ! -e $binfmt/qemu-aarch64 ]; then
+        [ -x /usr/bin/qemu-aarch64-static ] || die "no qemu-aarch64-static (apt install qemu-user-static)"
+        conf=/usr/lib/binfmt.d/qemu-aarch64.conf
+        [ -f $conf ] || die "$conf missing: cannot register qemu-aarch64"
+        # The same magic and mask, the static interpreter, flag F (opened now, usable in a chroot).
+        IFS=: read -r _ name type offset magic mask _ _ <"$conf"
+        echo ":$name:$type:$offset:$magic:$mask:/usr/bin/qemu-aarch64-static:F" >$binfmt/register
+        echo "registered qemu-aarch64-static with binfmt_misc (flag F)"
+    fi
+    grep -q '^enabled' $binfmt/qemu-aarch64 || die "binfmt qemu-aarch64 is disabled"
+    grep -q '^flags:.*F' $binfmt/qemu-aarch64 \
+        || die "binfmt qemu-aarch64 lacks flag F: the interpreter is not reachable inside a chroot"
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/installer-check.XXXXXX")
+cleanup() {
+    # Mounts live in the private namespace and die with it; never delete through one.
+    if findmnt -rn -o TARGET | grep -q "^$WORK"; then
+        echo "$PROG: mounts still under $WORK; not deleting it" >&2
+        return
+    fi
+    rm -rf --one-file-system "$WORK"
+}
+trap cleanup EXIT
+start=$SECONDS
+
+# A snapshot of the checkout (tracked and untracked-but-not-ignored files), so the wheel
+# and the installer come from one tree even if the checkout changes meanwhile.
+SNAP=$WORK/src
+mkdir -p "$SNAP"
+if git -c safe.directory="$CHECKOUT" -C "$CHECKOUT" rev-parse --git-dir >/dev/null 2>&1; then
+    git -c safe.directory="$CHECKOUT" -C "$CHECKOUT" ls-files -z --cached --others --exclude-standard \
+        | tar -C "$CHECKOUT" -c --null --no-recursion --ignore-failed-read -T - -f - 2>/dev/null \
+        | tar -x -C "$SNAP"
+else
+    tar -C "$CHECKOUT" -c --exclude=.git --exclude='.venv*' --exclude=.cache -f - . | tar -x -C "$SNAP"
+fi
+UV_PYTHON_DOWNLOADS=never uv build --quiet --wheel --out-dir "$WORK/dist" "$SNAP"
+WHEEL=$(cd "$WORK/dist" && ls da3_edge-*.whl)
+[ "$(uname -m)" = aarch64 ] || [ -f "$SNAP/scripts/arm/cpuinfo-pi5.txt" ] \
+    || die "scripts/arm/cpuinfo-pi5.txt missing (the Pi 5 /proc/cpuinfo shown under qemu)"
+echo "wheel: $WHEEL (uv build on the host)"
+
+# A copy of the models too: MODELS_DIR may be rebuilt while the check runs (a test run
+# refreshing .cache/tests), and a bind mount would then show an empty directory.
+mkdir -p "$WORK/models"
+cp -- "$MODELS_SRC"/manifest.json "$MODELS_SRC"/*.tflite "$WORK/models/"
+cp -- "$MODELS_SRC"/*.pte "$WORK/models/" 2>/dev/null || true
+
+# The --models-url archive: a different set (the int8 core model and the stage programs).
+mkdir -p "$WORK/url/src/da3-edge-models"
+python3 - "$WORK/models" "$WORK/url/src/da3-edge-models" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+manifest = json.loads((src / "manifest.json").read_text())
+cores = [a for a in manifest["artifacts"] if a["kind"] == "core"]
+keep = [a for a in cores if a.get("precision") == "int8"] or [min(cores, key=lambda a: a["bytes"])]
+manifest["artifacts"] = keep + [a for a in manifest["artifacts"] if a["kind"] != "core"]
+for a in manifest["artifacts"]:
+    shutil.copyfile(src / a["file"], out / a["file"])
+(out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+PY
+tar -czf "$WORK/url/models.tar.gz" -C "$WORK/url/src" da3-edge-models
+URL_SHA=$(sha256sum "$WORK/url/models.tar.gz" | cut -d' ' -f1)
+
+ROOT=$WORK/root
+mkdir -p "$ROOT"
+tar -xf "$ROOTFS_TAR" -C "$ROOT" --numeric-owner
+rm -f "$ROOT/etc/resolv.conf"
+cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The host's own CA certificates (a TLS-intercepting proxy's, say) are trusted inside too;
+# SSL_CERT_FILE and the proxy variables are passed on (above).
+if [ -n "$(ls /usr/local/share/ca-certificates/*.crt 2>/dev/null)" ]; then
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+fi
+# Package scripts must not try to start services in the chroot.
+printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
+chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
+echo "rootfs: $ROOTFS_TAR -> $ROOT ($(. "$ROOT/etc/os-release" && echo "$PRETTY_NAME"), $(( SECONDS - start )) s to prepare)"
+
+set +e
+WORK=$WORK ROOT=$ROOT SNAP=$SNAP WHEEL=$WHEEL URL_SHA=$URL_SHA \
+    unshare --mount --pid --fork --propagation private -- bash "$0" --inner
+rc=$?
+set -e
+echo "installer-check: $([ $rc = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s (emulated arm64)"
+exit $rc

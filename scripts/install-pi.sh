@@ -1,0 +1,453 @@
+#!/usr/bin/env bash
+# Install da3-edge and its systemd service on Raspberry Pi OS 64-bit (bookworm or
+# trixie; plain Debian works too, without the Pi camera). Run as root. Idempotent:
+# a second run with the same inputs changes nothing and downloads nothing.
+#
+# What it does, in order (docs/how-to/raspberry-pi.md explains each step):
+#   apt packages, models (fetched and checked first), the da3-edge user, the venv in
+#   /opt/da3-edge/venv (uv from PyPI, the runtime set pinned with hashes in
+#   requirements/), the models in /var/lib/da3-edge/models, the config in
+#   /etc/da3-edge/da3-edge.toml (never overwritten), docs/ and systemd/ in
+#   /opt/da3-edge/, the unit (enabled; started when systemd runs).
+set -Eeuo pipefail
+
+PROG=install-pi.sh
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)  # the checkout (or bundle) this script is in
+OPT=/opt/da3-edge
+VENV=$OPT/venv
+ETC=/etc/da3-edge
+CONFIG=$ETC/da3-edge.toml
+STATE=/var/lib/da3-edge
+MODELS=$STATE/models
+UNIT=/etc/systemd/system/da3-edge.service
+USER_NAME=da3-edge
+export UV_CACHE_DIR=/var/cache/da3-edge/uv UV_PYTHON_DOWNLOADS=never
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
+export HOME=${HOME:-/root}  # cloud-init's runcmd may run without one
+
+usage() {
+    cat <<'EOF'
+usage: install-pi.sh [--from PATH] [--models DIR | --models-url URL --models-sha256 HEX]
+                     [--no-start] [-h]
+
+Install da3-edge as a systemd service on Raspberry Pi OS 64-bit (bookworm, trixie).
+Run as root. Running it again with the same inputs changes nothing.
+
+options:
+  --from PATH           da3-edge to install: a wheel (.whl) or a source checkout
+                        (default: the checkout this script is in)
+  --models DIR          copy this model directory (manifest.json, *.tflite, *.pte)
+                        into /var/lib/da3-edge/models
+  --models-url URL      download a .tar.gz of a model directory (https://, file://)
+  --models-sha256 HEX   the SHA-256 of that .tar.gz (required with --models-url),
+                        checked before anything is extracted or installed
+  --no-start            enable the service but do not (re)start it now
+  -h, --help            show this help and exit
+
+Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
+once, never overwritten), /var/lib/da3-edge/models, /opt/da3-edge/{docs,systemd}
+and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs).
+Frames then appear in /run/da3-edge. Check with: systemctl status da3-edge;
+/opt/da3-edge/venv/bin/da3-edge doctor
+EOF
+}
+
+die() {
+    echo "$PROG: error: $*" >&2
+    exit 1
+}
+
+usage_error() {
+    echo "$PROG: error: $*" >&2
+    echo "Run '$PROG --help' for usage." >&2
+    exit 2
+}
+
+STEP="start"
+step() {
+    STEP=$1
+    echo "==> $1"
+}
+
+note() { echo "    $*"; }
+
+# A command that fails under `set -e` ends the run with one line naming the step.
+# shellcheck disable=SC2154  # rc is assigned inside the trap
+trap 'rc=$?; echo "$PROG: error: step \"$STEP\" failed (exit $rc); see the output above" >&2; exit $rc' ERR
+
+FROM=""
+MODELS_DIR=""
+MODELS_URL=""
+MODELS_SHA256=""
+START=1
+while [ $# -gt 0 ]; do
+    case $1 in
+        -h | --help) usage; exit 0 ;;
+        --from) [ $# -ge 2 ] || usage_error "--from needs a PATH"; FROM=$2; shift 2 ;;
+        --from=*) FROM=${1#*=}; shift ;;
+        --models) [ $# -ge 2 ] || usage_error "--models needs a DIR"; MODELS_DIR=$2; shift 2 ;;
+        --models=*) MODELS_DIR=${1#*=}; shift ;;
+        --models-url) [ $# -ge 2 ] || usage_error "--models-url needs a URL"; MODELS_URL=$2; shift 2 ;;
+        --models-url=*) MODELS_URL=${1#*=}; shift ;;
+        --models-sha256) [ $# -ge 2 ] || usage_error "--models-sha256 needs a HEX digest"; MODELS_SHA256=$2; shift 2 ;;
+        --models-sha256=*) MODELS_SHA256=${1#*=}; shift ;;
+        --no-start) START=0; shift ;;
+        *) usage_error "unknown argument: $1" ;;
+    esac
+done
+
+# ---------------------------------------------------------------------------- checks
+[ -n "$MODELS_DIR" ] && [ -n "$MODELS_URL" ] && usage_error "--models and --models-url exclude each other"
+if [ -n "$MODELS_URL" ]; then
+    [ -n "$MODELS_SHA256" ] || usage_error "--models-url needs --models-sha256 (the .tar.gz's SHA-256)"
+    MODELS_SHA256=$(printf '%s' "$MODELS_SHA256" | tr 'A-F' 'a-f')
+    [[ $MODELS_SHA256 =~ ^[0-9a-f]{64}$ ]] || usage_error "--models-sha256 must be 64 hex digits"
+elif [ -n "$MODELS_SHA256" ]; then
+    usage_error "--models-sha256 goes with --models-url"
+fi
+[ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
+for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
+    systemd/da3-edge.service docs; do
+    [ -e "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout"
+done
+if [ -n "$MODELS_DIR" ]; then
+    [ -f "$MODELS_DIR/manifest.json" ] || die "--models $MODELS_DIR: no manifest.json there"
+    MODELS_DIR=$(cd "$MODELS_DIR" && pwd)
+fi
+FROM=${FROM:-$SRC}
+if [ -d "$FROM" ]; then
+    [ -f "$FROM/pyproject.toml" ] || die "--from $FROM: neither a wheel nor a source checkout (no pyproject.toml)"
+    FROM=$(cd "$FROM" && pwd)
+elif [ -f "$FROM" ]; then
+    case $FROM in *.whl) ;; *) die "--from $FROM: not a .whl file" ;; esac
+    FROM=$(cd "$(dirname "$FROM")" && pwd)/$(basename "$FROM")
+else
+    die "--from $FROM: no such file or directory"
+fi
+case $(uname -m) in
+    aarch64 | x86_64) ;;
+    *) die "$(uname -m): ai-edge-litert has no wheels for this CPU; use Raspberry Pi OS 64-bit" ;;
+esac
+command -v apt-get >/dev/null || die "apt-get not found: this installer is for Raspberry Pi OS / Debian"
+if [ -d /run/lock ]; then
+    exec 9>/run/lock/da3-edge-install.lock
+    flock -n 9 || die "another $PROG is running"
+fi
+
+TMP=$(mktemp -d /tmp/da3-edge-install.XXXXXX)
+cleanup() { rm -rf "$TMP" "$STATE"/.models-new.*; }
+trap cleanup EXIT
+os_name=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo "unknown OS")
+echo "da3-edge installer: $os_name, $(uname -m); from $FROM"
+
+# ---------------------------------------------------------------------------- models, fetched
+# First of all: a failed download or a wrong SHA-256 leaves the system exactly as it was.
+NEW_MODELS=""
+if [ -n "$MODELS_URL" ]; then
+    step "models: download"
+    if [ -f "$MODELS/.tar-sha256" ] && [ "$(cat "$MODELS/.tar-sha256")" = "$MODELS_SHA256" ]; then
+        note "unchanged: $MODELS already holds the .tar.gz with SHA-256 $MODELS_SHA256"
+    else
+        command -v python3 >/dev/null || die "python3 is missing (sudo apt install python3)"
+        python3 - "$MODELS_URL" "$MODELS_SHA256" "$TMP/url-models" <<'PY' || exit 1
+import hashlib, os, sys, tarfile, urllib.request
+
+url, want, out = sys.argv[1:4]
+archive = out + ".tar.gz"
+digest = hashlib.sha256()
+try:
+    with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as f:
+        while chunk := response.read(1 << 20):
+            digest.update(chunk)
+            f.write(chunk)
+except (OSError, ValueError) as exc:
+    sys.exit(f"install-pi.sh: error: models: cannot download {url}: {exc}")
+got = digest.hexdigest()
+if got != want:
+    sys.exit(f"install-pi.sh: error: models: SHA-256 mismatch for {url}: expected {want}, got {got}; nothing installed")
+# Only the model files, flattened, from a top-level directory or one subdirectory;
+# nothing else in the archive (links, devices, paths outside) is ever written.
+wanted = lambda name: name == "manifest.json" or name.endswith((".tflite", ".pte"))
+os.makedirs(out)
+try:
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        manifests = [m.name for m in members if os.path.basename(m.name) == "manifest.json"]
+        tops = {os.path.dirname(os.path.normpath(n)) for n in manifests}
+        if len(tops) != 1:
+            sys.exit(f"install-pi.sh: error: models: {url} holds {len(tops)} manifest.json files; expected one model directory")
+        top = tops.pop()
+        for m in members:
+            name = os.path.normpath(m.name)
+            if os.path.dirname(name) == top and wanted(os.path.basename(name)):
+                src = tar.extractfile(m)
+                with open(os.path.join(out, os.path.basename(name)), "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+except (OSError, tarfile.TarError) as exc:
+    sys.exit(f"install-pi.sh: error: models: {url} is not a readable .tar.gz: {exc}")
+print(f"    SHA-256 ok ({got}); extracted {len(os.listdir(out))} files")
+PY
+        NEW_MODELS=$TMP/url-models
+    fi
+elif [ -n "$MODELS_DIR" ]; then
+    NEW_MODELS=$MODELS_DIR
+fi
+
+# ---------------------------------------------------------------------------- apt
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+candidate() {
+    local c
+    c=$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}')
+    [ -n "$c" ] && [ "$c" != "(none)" ] && echo "$c"
+}
+lists_fresh() { [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null | head -n1)" ]; }
+apt_update() {
+    note "apt-get update"
+    apt-get update -q
+}
+
+step "apt packages"
+need=(python3 python3-venv ca-certificates procps)  # procps: /bin/kill for ExecReload=
+command -v systemctl >/dev/null || need+=(systemd)
+# Raspberry Pi repository only: the Pi camera from Python, and the camera tools.
+optional=(python3-picamera2)
+if ! installed rpicam-apps && ! installed rpicam-apps-lite && ! installed rpicam-apps-core; then
+    optional+=(rpicam-apps-lite)  # the headless build (no preview window); Pi OS Lite has it
+fi
+missing=()
+for p in "${need[@]}" "${optional[@]}"; do installed "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    # Refresh stale lists before installing from them (old versions leave the mirror),
+    # but not just to look again for a Pi-only package plain Debian will never have.
+    if ! lists_fresh; then
+        refresh=0
+        compgen -G '/var/lib/apt/lists/*Packages*' >/dev/null || refresh=1
+        for p in "${missing[@]}"; do
+            if [[ " ${optional[*]} " != *" $p "* ]] || [ -n "$(candidate "$p")" ]; then refresh=1; fi
+        done
+        [ $refresh -eq 0 ] || apt_update
+    fi
+    to_install=()
+    for p in "${missing[@]}"; do
+        if [ -n "$(candidate "$p")" ]; then
+            to_install+=("$p")
+        elif [[ " ${optional[*]} " == *" $p "* ]]; then
+            note "skipped: $p is only in the Raspberry Pi repository"
+        else
+            die "apt has no package $p (is this Debian / Raspberry Pi OS 12 or 13?)"
+        fi
+    done
+    if [ ${#to_install[@]} -gt 0 ]; then
+        note "installing ${to_install[*]}"
+        apt-get install -y -q --no-install-recommends "${to_install[@]}"
+    fi
+else
+    note "all present: ${need[*]} ${optional[*]}"
+fi
+
+# The numpy that apt's Python extensions (picamera2's simplejpeg) are built against:
+# installed python3-numpy, else the candidate. 1.x (bookworm) -> numpy 1.x in the venv.
+deb_numpy=$(dpkg-query -W -f='${Version}' python3-numpy 2>/dev/null || true)
+installed python3-numpy || deb_numpy=$(candidate python3-numpy || true)
+deb_numpy=${deb_numpy#*:}
+OVERRIDE=()
+if [ "${deb_numpy%%.*}" = 1 ]; then
+    OVERRIDE=(--override "$SRC/requirements/runtime-numpy1.txt")
+fi
+
+# ---------------------------------------------------------------------------- user
+step "user $USER_NAME"
+if id -u "$USER_NAME" >/dev/null 2>&1; then
+    note "exists"
+else
+    useradd --system --user-group --no-create-home --home-dir "$STATE" \
+        --shell /usr/sbin/nologin "$USER_NAME"
+    note "created (system user, group $USER_NAME; the unit adds group video)"
+fi
+
+# ---------------------------------------------------------------------------- venv
+step "venv $VENV"
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c '' 2>/dev/null \
+    && [ "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])')" = "$(python3 -c 'import sys; print(sys.version_info[:2])')" ]; then
+    note "exists ($("$VENV/bin/python" --version))"
+else
+    rm -rf "$VENV"
+    mkdir -p "$OPT"
+    python3 -m venv --system-site-packages "$VENV"
+    note "created with --system-site-packages ($("$VENV/bin/python" --version)): sees apt's picamera2"
+fi
+uv_pin=$(sed -n 's/^uv==\([0-9.]*\).*/\1/p' "$SRC/requirements/uv.txt")
+if [ "$("$VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" = "$uv_pin" ]; then
+    note "uv $uv_pin present"
+else
+    "$VENV/bin/pip" install -q --require-hashes -r "$SRC/requirements/uv.txt"
+    note "installed $("$VENV/bin/uv" --version) from PyPI (hash-checked)"
+fi
+UV=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --compile-bytecode)
+
+step "runtime packages (requirements/runtime.txt)"
+if [ ${#OVERRIDE[@]} -gt 0 ]; then
+    note "Debian's numpy is $deb_numpy: numpy 1.26.4 in the venv (requirements/runtime-numpy1.txt)"
+fi
+"${UV[@]}" --require-hashes -r "$SRC/requirements/runtime.txt" "${OVERRIDE[@]}"
+
+step "da3-edge"
+WHEEL=$FROM
+if [ -d "$FROM" ]; then
+    "$VENV/bin/uv" build --quiet --wheel --python "$VENV/bin/python" --out-dir "$TMP/dist" "$FROM"
+    WHEEL=$(ls "$TMP"/dist/*.whl)
+    note "built $(basename "$WHEEL") from $FROM"
+fi
+# Installed already with exactly these files (the wheel's RECORD hashes)? Then nothing to do.
+if "$VENV/bin/python" - "$WHEEL" <<'PY'
+import sys, zipfile
+from importlib import metadata
+
+with zipfile.ZipFile(sys.argv[1]) as z:
+    record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+    want = {line.rsplit(",", 2)[0]: line.rsplit(",", 2)[1] for line in z.read(record).decode().splitlines() if line}
+want = {path: digest for path, digest in want.items() if digest}
+try:
+    text = metadata.distribution("da3-edge").read_text("RECORD") or ""
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+have = {line.rsplit(",", 2)[0]: line.rsplit(",", 2)[1] for line in text.splitlines() if line}
+sys.exit(0 if all(have.get(path) == digest for path, digest in want.items()) else 1)
+PY
+then
+    note "unchanged: $(basename "$WHEEL") is installed"
+    CHANGED_PROGRAM=0
+else
+    "${UV[@]}" --no-deps --reinstall-package da3-edge "$WHEEL"
+    CHANGED_PROGRAM=1
+fi
+"$VENV/bin/da3-edge" --version >/dev/null
+if "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("picamera2") is None)'; then
+    # A real import: a numpy mismatch shows up here, not in find_spec.
+    "$VENV/bin/python" -c 'import picamera2' \
+        || die "picamera2 does not import in $VENV (numpy mismatch? see docs/how-to/raspberry-pi.md)"
+    note "picamera2 imports in the venv (numpy $("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)'))"
+fi
+
+# ---------------------------------------------------------------------------- models, installed
+same_models() {  # same model files, same bytes?
+    local a=$1 b=$2 f
+    [ -d "$b" ] || return 1
+    diff -q <(cd "$a" && ls -1 manifest.json ./*.tflite ./*.pte 2>/dev/null | sed 's|^\./||' | sort) \
+        <(cd "$b" && ls -1 manifest.json ./*.tflite ./*.pte 2>/dev/null | sed 's|^\./||' | sort) >/dev/null || return 1
+    for f in "$a"/manifest.json "$a"/*.tflite "$a"/*.pte; do
+        [ -e "$f" ] || continue
+        cmp -s "$f" "$b/$(basename "$f")" || return 1
+    done
+}
+CHANGED_MODELS=0
+if [ -n "$NEW_MODELS" ]; then
+    step "models -> $MODELS"
+    mkdir -p "$STATE"
+    if same_models "$NEW_MODELS" "$MODELS"; then
+        note "unchanged: same files as $NEW_MODELS"
+    else
+        stage=$(mktemp -d "$STATE/.models-new.XXXXXX")
+        for f in "$NEW_MODELS"/manifest.json "$NEW_MODELS"/*.tflite "$NEW_MODELS"/*.pte; do
+            [ -e "$f" ] && cp -- "$f" "$stage/"
+        done
+        chmod 0755 "$stage"
+        chmod 0644 "$stage"/*
+        # Checked (sizes, SHA-256, each core model loads) before it replaces anything.
+        "$VENV/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
+        if [ -d "$MODELS" ]; then
+            old="$STATE/.models-old.$$"
+            mv "$MODELS" "$old"
+            mv "$stage" "$MODELS" || { mv "$old" "$MODELS"; die "cannot move the new models into place"; }
+            rm -rf "$old"
+        else
+            mv "$stage" "$MODELS"
+        fi
+        CHANGED_MODELS=1
+        note "installed"
+    fi
+    if [ -n "$MODELS_URL" ]; then
+        echo "$MODELS_SHA256" >"$MODELS/.tar-sha256"
+    else
+        rm -f "$MODELS/.tar-sha256"
+    fi
+fi
+mkdir -p "$STATE"
+chown -R "$USER_NAME:$USER_NAME" "$STATE"
+if [ -f "$MODELS/manifest.json" ]; then
+    step "models check"
+    "$VENV/bin/da3-edge" models --models "$MODELS" | sed 's/^/    /'
+else
+    step "models"
+    note "none in $MODELS yet: the service will not start without them."
+    note "Add some with --models DIR or --models-url URL --models-sha256 HEX (docs/how-to/raspberry-pi.md)."
+fi
+
+# ---------------------------------------------------------------------------- config
+step "config $CONFIG"
+install -d -m 0755 "$ETC"
+if [ -e "$CONFIG" ]; then
+    note "exists: left as it is"
+else
+    "$VENV/bin/da3-edge" run --print-default-config >"$TMP/da3-edge.toml"
+    install -m 0644 "$TMP/da3-edge.toml" "$CONFIG"
+    note "created from da3-edge run --print-default-config"
+fi
+DA3_EDGE_MODELS=$MODELS "$VENV/bin/da3-edge" run --config "$CONFIG" --check-config | sed 's/^/    /'
+
+# ---------------------------------------------------------------------------- unit
+step "docs and unit"
+sync_dir() {  # replace $2 by a copy of $1 unless they already match
+    if [ -d "$2" ] && diff -rq "$1" "$2" >/dev/null 2>&1; then
+        note "unchanged: $2"
+        return
+    fi
+    rm -rf "$2.new"
+    cp -r "$1" "$2.new"
+    chmod -R u=rwX,go=rX "$2.new"
+    rm -rf "$2"
+    mv "$2.new" "$2"
+    note "copied $2"
+}
+sync_dir "$SRC/docs" "$OPT/docs"
+sync_dir "$SRC/systemd" "$OPT/systemd"
+CHANGED_UNIT=0
+if cmp -s "$SRC/systemd/da3-edge.service" "$UNIT"; then
+    note "unchanged: $UNIT"
+else
+    install -m 0644 "$SRC/systemd/da3-edge.service" "$UNIT"
+    CHANGED_UNIT=1
+    note "installed $UNIT"
+fi
+if [ "$(systemctl is-enabled da3-edge 2>/dev/null || true)" = enabled ]; then
+    note "enabled already"
+else
+    systemctl enable da3-edge 2>&1 | sed 's/^/    /'
+fi
+
+step "service"
+if [ ! -d /run/systemd/system ]; then
+    note "systemd is not running here (a chroot or an image): enabled, starts at boot"
+else
+    [ $CHANGED_UNIT -eq 1 ] && systemctl daemon-reload
+    if [ $START -eq 0 ]; then
+        note "--no-start: not (re)started; sudo systemctl restart da3-edge when ready"
+    elif [ ! -f "$MODELS/manifest.json" ]; then
+        note "not started: no models yet"
+    elif systemctl is-active --quiet da3-edge; then
+        if [ $((CHANGED_PROGRAM + CHANGED_MODELS + CHANGED_UNIT)) -gt 0 ]; then
+            systemctl restart da3-edge || die "da3-edge did not restart: journalctl -u da3-edge -n 50"
+            note "restarted"
+        else
+            note "running; nothing changed"
+        fi
+    else
+        systemctl start da3-edge || die "da3-edge did not start: journalctl -u da3-edge -n 50"
+        note "started"
+    fi
+    systemctl --no-pager --lines=0 status da3-edge | sed 's/^/    /' || true
+fi
+
+echo "==> done: frames appear in /run/da3-edge while the service runs."
+echo "    Check: systemctl status da3-edge; $VENV/bin/da3-edge doctor"
