@@ -47,8 +47,10 @@ def test_compare_pytorch_short(
     for name in data["still_s"]:
         assert data["still_peak_rss_mib"][name] > 50
     assert data["still_ratio"]["pytorch"] == 1.0
-    # DA3-small's mono depth+conf path is ~58 GFLOP at 378x504 (the model card's figure).
-    assert 45e9 < data["flops"] < 70e9, data["flops"]
+    # DA3-small's mono depth+conf path at 378x504: ~58 GFLOP of convolutions and linear
+    # layers (the usual figure) plus ~17 GFLOP of attention.
+    assert 70e9 < data["flops"] < 80e9, data["flops"]
+    assert data["reference_flops"] > data["flops"]  # the reference also runs the ray head
     assert data["gemm_peak_flops_per_s"] > 1e9
     for precision, rate in data["core_flops_per_s"].items():
         assert 0 < rate < 3 * data["gemm_peak_flops_per_s"], (precision, rate)
