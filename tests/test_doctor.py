@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ def test_picamera2_that_fails_to_import(
     (fake / "__init__.py").write_text(
         'raise ValueError("numpy.dtype size changed, may indicate binary incompatibility")\n'
     )
-    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    paths = [str(fake.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # the lane finds edge this way
     proc = run_cli(
         ["doctor", "--models", str(small_models), "--store", str(tmp_path / "store"), "--json"]
     )
