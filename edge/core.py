@@ -32,6 +32,16 @@ def _native_error(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def check_input(image: np.ndarray, input_shape: tuple[int, int, int, int]) -> None:
+    """A core's input must be float32 of exactly its (1, 3, h, w): ``ShapeError`` if not."""
+    if image.shape != input_shape:
+        raise ShapeError(
+            f"input shape {tuple(image.shape)} does not match the model's {input_shape}"
+        )
+    if image.dtype != np.float32:
+        raise ShapeError(f"input dtype {image.dtype} is not float32")
+
+
 class Core(Closing):
     """A loaded LiteRT depth model with fixed input shape."""
 
@@ -161,12 +171,7 @@ class Core(Closing):
         """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
         if self._model is None:
             raise EdgeError("this Core is closed")
-        if image.shape != self.input_shape:
-            raise ShapeError(
-                f"input shape {tuple(image.shape)} does not match the model's {self.input_shape}"
-            )
-        if image.dtype != np.float32:
-            raise ShapeError(f"input dtype {image.dtype} is not float32")
+        check_input(image, self.input_shape)
         if self._first_run:
             # The first write/run sets up another LiteRT environment, chattily.
             with _native_stderr([]):

@@ -31,7 +31,8 @@ import numpy as np
 
 from edge import errors
 from edge.closing import Closing
-from edge.errors import EdgeError, ShapeError
+from edge.core import Core, check_input
+from edge.errors import EdgeError
 
 log = logging.getLogger(__name__)
 _LEN = struct.Struct("<Q")
@@ -99,12 +100,7 @@ class ProcessCore(Closing):
         """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
         if self._closed:
             raise EdgeError("this Core is closed")
-        if image.shape != self.input_shape:
-            raise ShapeError(
-                f"input shape {tuple(image.shape)} does not match the model's {self.input_shape}"
-            )
-        if image.dtype != np.float32:
-            raise ShapeError(f"input dtype {image.dtype} is not float32")
+        check_input(image, self.input_shape)
         if self._proc is None or self._proc.poll() is not None:
             code = _reap(self._proc) if self._proc is not None else None
             self._proc = None
@@ -183,7 +179,6 @@ def _serve() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin = sys.stdin.buffer
     spec: dict[str, Any] = json.loads(stdin.readline())
-    from edge.core import Core
 
     try:
         core = Core(
