@@ -71,6 +71,15 @@ def export_env() -> Path:
     return python
 
 
+def require_tool(name: str, install: str) -> str:
+    """The path of a host tool the test needs; skip (fail when strict) without it."""
+    path = shutil.which(name)
+    if path is None:
+        skip_or_fail(f"{name} not found ({install})")
+    assert path is not None
+    return path
+
+
 def skip_or_fail(message: str) -> None:
     if os.environ.get("DA3_EDGE_STRICT_TESTS") == "1":
         pytest.fail(message)

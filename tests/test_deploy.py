@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import plistlib
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, run_cli, skip_or_fail
+from .conftest import ROOT, require_tool, run_cli
 from .test_unit import parse_unit
 
 INSTALLER = ROOT / "scripts" / "install-pi.sh"
@@ -121,10 +120,7 @@ def requirement_names(text: str) -> dict[str, str]:
 def test_runtime_requirements_match_uv_lock() -> None:
     """requirements/runtime.txt is `uv export` of uv.lock: regenerate it with
     uv export --frozen --no-dev --no-emit-project -o requirements/runtime.txt"""
-    uv = shutil.which("uv")
-    if uv is None:
-        skip_or_fail("uv not found (pip install uv)")
-    assert uv is not None
+    uv = require_tool("uv", "pip install uv")
     cmd = [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-header"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -167,11 +163,7 @@ def test_installer_uv_is_the_uv_ci_uses() -> None:
 
 
 def cloud_init() -> str:
-    path = shutil.which("cloud-init")
-    if path is None:
-        skip_or_fail("cloud-init not found (apt-get install cloud-init)")
-    assert path is not None
-    return path
+    return require_tool("cloud-init", "apt-get install cloud-init")
 
 
 def load_yaml(path: Path) -> object:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, skip_or_fail
+from .conftest import ROOT, require_tool, skip_or_fail
 
 UNIT = ROOT / "systemd" / "da3-edge.service"
 README = ROOT / "systemd" / "README.md"
@@ -24,11 +24,7 @@ MAX_EXPOSURE = 4.0
 
 
 def systemd_analyze() -> str:
-    path = shutil.which("systemd-analyze")
-    if path is None:
-        skip_or_fail("systemd-analyze not found (apt-get install systemd)")
-    assert path is not None
-    return path
+    return require_tool("systemd-analyze", "apt-get install systemd")
 
 
 def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
