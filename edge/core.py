@@ -32,6 +32,13 @@ def _native_error(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def require_litert_cpu() -> None:
+    """``EdgeError`` when LiteRT would kill the process on this CPU (platform.litert_blocker)."""
+    blocker = platform.litert_blocker()
+    if blocker:
+        raise EdgeError(f"cannot run LiteRT here: {blocker}")
+
+
 def check_input(image: np.ndarray, input_shape: tuple[int, int, int, int]) -> None:
     """A core's input must be float32 of exactly its (1, 3, h, w): ``ShapeError`` if not."""
     if image.shape != input_shape:
@@ -80,9 +87,7 @@ class Core(Closing):
         self._open()
 
     def _open(self) -> None:
-        blocker = platform.litert_blocker()
-        if blocker:
-            raise EdgeError(f"cannot run LiteRT here: {blocker}")
+        require_litert_cpu()
         try:
             import ai_edge_litert
             from ai_edge_litert.compiled_model import CompiledModel

@@ -19,9 +19,9 @@ import numpy as np
 
 from edge import images, stages
 from edge.closing import Closing
-from edge.core import Core
+from edge.core import Core, require_litert_cpu
 from edge.coreproc import ProcessCore
-from edge.errors import EdgeError, ModelNotFound, ShapeError
+from edge.errors import ModelNotFound, ShapeError
 from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
 
 
@@ -151,12 +151,9 @@ class Pipeline(Closing):
         core_process: bool = False,
     ) -> Pipeline:
         """Open the model directory (argument, ``$DA3_EDGE_MODELS``, XDG default)."""
-        from edge import platform
         from edge import stages as stages_mod
 
-        blocker = platform.litert_blocker()
-        if blocker:  # say it once, before any image or camera
-            raise EdgeError(f"cannot run LiteRT here: {blocker}")
+        require_litert_cpu()  # say it once, before any image or camera
 
         manifest = Manifest.load(resolve_models_dir(model_dir))
         backend = stages_mod.load(stages, manifest=manifest, threads=threads)
