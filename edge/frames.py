@@ -105,24 +105,36 @@ def _png(array: np.ndarray, level: int = PNG_LEVEL) -> bytes:
         rows[:, 0] = 1  # filter type Sub: each byte minus the one bpp bytes to its left
         rows[:, 1 : bpp + 1] = raw[:, :bpp]
         np.subtract(raw[:, bpp:], raw[:, :-bpp], out=rows[:, bpp + 1 :])  # wraps mod 256
+    return _png_file(rows, w, depth, colour, level)
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
 
-    header = struct.pack(">IIBBBBB", w, h, depth, colour, 0, 0, 0)
+def _png_file(rows: np.ndarray, width: int, depth: int, colour: int, level: int) -> bytes:
+    """The PNG around filtered ``rows`` (each row: filter byte, then the pixels)."""
+
+    def chunk(kind: bytes, data: bytes) -> list[bytes]:
+        crc = zlib.crc32(data, zlib.crc32(kind))  # no kind + data copy of a 4 MB IDAT
+        return [struct.pack(">I", len(data)), kind, data, struct.pack(">I", crc)]
+
+    header = struct.pack(">IIBBBBB", width, rows.shape[0], depth, colour, 0, 0, 0)
     idat = zlib.compress(rows.data, level)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    return b"".join(
+        [b"\x89PNG\r\n\x1a\n", *chunk(b"IHDR", header), *chunk(b"IDAT", idat), *chunk(b"IEND", b"")]
     )
 
 
 def depth_png(depth: np.ndarray, inv: np.ndarray | None = None) -> bytes:
     """16-bit inverse depth, stored uncompressed: the low bytes of a 16-bit map are
-    noise to zlib. Measured at 1200x1600: 3.8 MB instead of 3.2 MB, 28 ms less."""
+    noise to zlib. Measured at 1200x1600: 3.8 MB instead of 3.2 MB, 28 ms less.
+    The 16-bit big-endian values are rounded straight into the PNG's rows (one pass
+    instead of four: 8.7 -> ~4 ms for the file)."""
     inv = inverse_normalised(depth) if inv is None else inv
-    return _png(np.rint(inv * np.float32(65535.0)).astype(np.uint16), level=0)
+    h, w = inv.shape
+    rows = np.empty((h, 2 * w + 1), dtype=np.uint8)
+    rows[:, 0] = 0  # filter None
+    scaled = np.multiply(inv, np.float32(65535.0))
+    np.rint(scaled, out=scaled)
+    np.copyto(rows[:, 1:].view(">u2"), scaled, casting="unsafe")
+    return _png_file(rows, w, 16, 0, level=0)
 
 
 def preview_png(depth: np.ndarray, inv: np.ndarray | None = None, max_side: int = 0) -> bytes:
@@ -136,8 +148,12 @@ def preview_png(depth: np.ndarray, inv: np.ndarray | None = None, max_side: int 
 def _box_shrink(array: np.ndarray, k: int) -> np.ndarray:
     """Mean of each k x k block (the ragged edge rows and columns are dropped)."""
     h, w = (array.shape[0] // k) * k, (array.shape[1] // k) * k
-    blocks = array[:h, :w].reshape(h // k, k, w // k, k)
-    out: np.ndarray = blocks.mean(axis=(1, 3), dtype=np.float32)
+    # k*k strided adds, not blocks.mean(axis=(1, 3)): 0.7 instead of 8 ms at 1200x1600.
+    out = np.zeros((h // k, w // k), dtype=np.float32)
+    for i in range(k):
+        for j in range(k):
+            out += array[i:h:k, j:w:k]
+    out *= np.float32(1.0 / (k * k))
     return out
 
 
