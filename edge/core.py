@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,8 @@ class Core(Closing):
             self.weight_cache = None
         self._model: Any = None
         self._first_run = True
+        self._queued: np.ndarray | None = None
+        self.last_ms = 0.0  # the last run's time in LiteRT
         self._open()
 
     def _open(self) -> None:
@@ -172,11 +175,27 @@ class Core(Closing):
         """The (height, width) this model takes."""
         return self.input_shape[2], self.input_shape[3]
 
-    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
+    def submit(self, image: np.ndarray) -> None:
+        """``run`` in two halves, as ``ProcessCore`` has them: here ``submit`` only
+        checks and keeps the image, ``collect`` computes."""
+        self._check(image)
+        self._queued = image
+
+    def collect(self) -> tuple[np.ndarray, np.ndarray]:
+        image, self._queued = self._queued, None
+        if image is None:
+            raise EdgeError("nothing was submitted to this Core")
+        return self.run(image)
+
+    def _check(self, image: np.ndarray) -> None:
         if self._model is None:
             raise EdgeError("this Core is closed")
         check_input(image, self.input_shape)
+
+    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
+        self._check(image)
+        t0 = time.perf_counter()
         if self._first_run:
             # The first write/run sets up another LiteRT environment, chattily.
             with _native_stderr([]):
@@ -187,6 +206,7 @@ class Core(Closing):
         h, w = self.shape
         depth = self._outputs[0].read(self._out_sizes[0], np.float32).reshape(h, w)
         conf = self._outputs[1].read(self._out_sizes[1], np.float32).reshape(h, w)
+        self.last_ms = (time.perf_counter() - t0) * 1000
         return depth, conf
 
     def _invoke(self, image: np.ndarray) -> None:

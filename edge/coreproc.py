@@ -9,7 +9,9 @@ all but one in six inferences were computed only to be dropped.
 ``ProcessCore`` has ``Core``'s interface and runs a ``Core`` in a child interpreter
 (``python -m edge.coreproc``). The parent writes the normalised image to the child's
 stdin and reads depth and confidence back (2-4 MB a frame over a pipe: ~1 ms); while
-it waits, it holds no GIL, so capture and writing go on. The child exits when its
+it waits, it holds no GIL, so capture and writing go on. ``run`` comes in two halves,
+``submit`` (returns once the worker has the image) and ``collect`` (waits for the
+answer), so the daemon can pre- and postprocess other frames meanwhile. The child exits when its
 stdin closes (the parent closed it, or died); a child that dies is restarted at the
 next frame. Native log lines go to the shared stderr, as in-process.
 """
@@ -25,7 +27,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from edge.errors import EdgeError
 
 log = logging.getLogger(__name__)
 _LEN = struct.Struct("<Q")
+_MS = struct.Struct("<d")  # after depth and conf: the worker's time in LiteRT
 _ERRORS = {"ModelNotFound": errors.ModelNotFound, "ModelCorrupt": errors.ModelCorrupt}
 
 
@@ -61,6 +64,8 @@ class ProcessCore(Closing):
         }
         self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
+        self._in_flight = False
+        self.last_ms = 0.0  # the worker's time in LiteRT for the last image
         self._start()
 
     def _start(self) -> None:
@@ -98,8 +103,17 @@ class ProcessCore(Closing):
 
     def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
+        self.submit(image)
+        return self.collect()
+
+    def submit(self, image: np.ndarray) -> None:
+        """Send one image to the worker and return at once; ``collect`` gets the
+        answer. One image at a time: the daemon preprocesses the next frame while the
+        worker computes this one."""
         if self._closed:
             raise EdgeError("this Core is closed")
+        if self._in_flight:
+            raise EdgeError("an image is already being computed; collect it first")
         check_input(image, self.input_shape)
         if self._proc is None or self._proc.poll() is not None:
             code = _reap(self._proc) if self._proc is not None else None
@@ -107,31 +121,49 @@ class ProcessCore(Closing):
             log.warning("core process gone (exit %s); starting a new one", code)
             self._start()
         proc = self._proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        assert proc is not None and proc.stdin is not None
         data = np.ascontiguousarray(image).data.cast("B")
-        h, w = self.shape
-        out = bytearray(2 * h * w * 4)
         try:
             proc.stdin.write(_LEN.pack(len(data)))
             proc.stdin.write(data)
             proc.stdin.flush()
+        except OSError as exc:
+            self._died(exc)
+        self._in_flight = True
+
+    def collect(self) -> tuple[np.ndarray, np.ndarray]:
+        """Depth and confidence for the image ``submit`` sent (waits for them)."""
+        if not self._in_flight:
+            raise EdgeError("nothing was submitted to this Core")
+        self._in_flight = False
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        h, w = self.shape
+        out = bytearray(2 * h * w * 4 + _MS.size)
+        try:
             header = _read_exactly(proc.stdout, _LEN.size)
             (n,) = _LEN.unpack(header)
             if n != len(out):
                 raise EdgeError(_read_error(proc.stdout, n))
             _readinto_exactly(proc.stdout, out)
         except (OSError, EOFError) as exc:
+            self._died(exc)
+        (self.last_ms,) = _MS.unpack_from(out, len(out) - _MS.size)
+        both = np.frombuffer(out, dtype=np.float32, count=2 * h * w).reshape(2, h, w)
+        return both[0], both[1]
+
+    def _died(self, exc: BaseException) -> NoReturn:
+        proc, self._proc = self._proc, None
+        self._in_flight = False
+        code = None
+        if proc is not None:
             proc.kill()
             code = _reap(proc)
-            self._proc = None
-            raise EdgeError(
-                f"the core process died during inference (exit {code}: {exc})"
-            ) from None
-        both = np.frombuffer(out, dtype=np.float32).reshape(2, h, w)
-        return both[0], both[1]
+        raise EdgeError(f"the core process died during inference (exit {code}: {exc})") from None
 
     def close(self) -> None:
         self._closed = True
+        self._in_flight = False
         proc, self._proc = self._proc, None
         if proc is not None:
             _reap(proc)  # closing its stdin is the worker's cue to exit
@@ -202,26 +234,34 @@ def _serve() -> int:
     out.flush()
     buf = bytearray(int(np.prod(core.input_shape)) * 4)
     with core:
-        while True:
-            header = stdin.read(_LEN.size)
-            if len(header) != _LEN.size:
-                return 0  # the parent closed the pipe: done
-            (n,) = _LEN.unpack(header)
-            if n != len(buf):
-                return 2
-            _readinto_exactly(stdin, buf)
-            x = np.frombuffer(buf, dtype=np.float32).reshape(core.input_shape)
-            try:
-                depth, conf = core.run(x)
-            except EdgeError as exc:
-                message = str(exc).encode()
-                out.write(_LEN.pack(len(message)) + message)
-                out.flush()
-                continue
-            out.write(_LEN.pack(depth.nbytes + conf.nbytes))
-            out.write(np.ascontiguousarray(depth).data.cast("B"))
-            out.write(np.ascontiguousarray(conf).data.cast("B"))
+        try:
+            return _serve_images(core, stdin, out, buf)
+        except (BrokenPipeError, EOFError):
+            return 0  # the parent went away (closed while an image was in flight)
+
+
+def _serve_images(core: Core, stdin: IO[bytes], out: IO[bytes], buf: bytearray) -> int:
+    while True:
+        header = stdin.read(_LEN.size)
+        if len(header) != _LEN.size:
+            return 0  # the parent closed the pipe: done
+        (n,) = _LEN.unpack(header)
+        if n != len(buf):
+            return 2
+        _readinto_exactly(stdin, buf)
+        x = np.frombuffer(buf, dtype=np.float32).reshape(core.input_shape)
+        try:
+            depth, conf = core.run(x)
+        except EdgeError as exc:
+            message = str(exc).encode()
+            out.write(_LEN.pack(len(message)) + message)
             out.flush()
+            continue
+        out.write(_LEN.pack(depth.nbytes + conf.nbytes + _MS.size))
+        out.write(np.ascontiguousarray(depth).data.cast("B"))
+        out.write(np.ascontiguousarray(conf).data.cast("B"))
+        out.write(_MS.pack(core.last_ms))
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ Three worker threads and the main thread:
   is counted as dropped (the newest frame wins; nothing queues without bound). A
   frame repeating the previous one's sensor timestamp is not new; no new frame for
   ``camera.stall_after`` seconds means a frozen camera, which is reopened.
-- **infer** takes the newest frame and runs the Pipeline.
+- **infer** takes the newest frame and runs the Pipeline, keeping the core busy:
+  the next frame is preprocessed while the core computes this one (``infer_loop``).
 - **write** publishes results to the FrameStore (a two-slot queue from infer; when the
   store is slower, the oldest waiting result is dropped and counted). Disk full or a
   read-only store: the frame is skipped, counted and reported, and writing resumes
@@ -38,7 +39,7 @@ from typing import Any
 from edge import config as config_mod
 from edge.camera import CameraError, Frame, Source, open_source
 from edge.errors import EdgeError
-from edge.pipeline import DepthFrame, Pipeline
+from edge.pipeline import DepthFrame, Job, Pipeline
 from edge.store import FrameStore, default_store_dir
 from edge.systemd import Notifier
 
@@ -103,8 +104,9 @@ class Daemon:
         self.camera_state = "starting"
         self.store_state = "starting"
         self._camera_generation = 0  # bumped on reload when the camera config changes
-        self._pipeline_lock = threading.Lock()
         self.pipeline = self._load_pipeline(config)
+        self._next_pipeline: Pipeline | None = None  # loaded by a reload, not yet in use
+        self._swap_lock = threading.Lock()
         self.store = self._make_store(config)
         self._threads: list[threading.Thread] = []
         self._stuck_reported: set[str] = set()
@@ -244,30 +246,90 @@ class Daemon:
 
     # -- inference ------------------------------------------------------------------
     def infer_loop(self) -> None:
+        """Keep the core busy: while it computes frame N (in its worker process), this
+        thread preprocesses frame N+1, and postprocesses N while the core runs N+1.
+
+        Frame N+1 is taken from the mailbox only shortly before the core is expected to
+        finish N (the core's and preprocessing's recent times say when), so it is as
+        fresh as the overlap allows; when no frame comes by then, N is finished alone.
+        """
+        pending: tuple[Job, Frame] | None = None
+        done_at = 0.0  # when the core is expected to finish the pending frame
+        core_s = prep_s = 0.0  # recent times, for that expectation
         while not self.stop_event.is_set():
             self.beat("infer")
-            frame = self.mailbox.take(0.25)
-            if frame is None:
-                continue
+            if self._next_pipeline is not None and self._adopt_next_pipeline(pending):
+                pending = None
+            pipeline = self.pipeline
+            if pending is None:
+                frame = self.mailbox.take(0.25)
+            else:
+                wake = done_at - prep_s
+                if wake > time.monotonic():
+                    self.stop_event.wait(wake - time.monotonic())
+                frame = self.mailbox.take(max(0.0, done_at - time.monotonic()))
             self.beat("infer")
-            with self._pipeline_lock:
-                pipeline = self.pipeline
+            job: Job | None = None
+            if frame is not None:
+                t0 = time.monotonic()
                 try:
-                    result = pipeline(frame.rgb, name=f"frame-{frame.seq}")
+                    job = pipeline.prepare(frame.rgb, name=f"frame-{frame.seq}")
                 except EdgeError as exc:
                     log.error("inference failed on frame %d: %s", frame.seq, exc)
-                    continue
-            item = (result, frame)
-            while True:
+                prep_s = _ema(prep_s, time.monotonic() - t0)
+            previous, pending = pending, None
+            if previous is not None and not self._collect(pipeline, previous):
+                previous = None
+            if job is not None and frame is not None:
                 try:
-                    self.results.put_nowait(item)
-                    break
-                except queue.Full:
-                    try:
-                        self.results.get_nowait()
-                        self.stats.dropped_write += 1
-                    except queue.Empty:
-                        pass
+                    pipeline.submit(job)
+                    pending = (job, frame)
+                    done_at = time.monotonic() + core_s
+                except EdgeError as exc:
+                    log.error("inference failed on frame %d: %s", frame.seq, exc)
+            if previous is not None:
+                self._finish(pipeline, previous)
+                core_s = _ema(core_s, previous[0].timings["core"] / 1000)
+
+    def _collect(self, pipeline: Pipeline, item: tuple[Job, Frame]) -> bool:
+        try:
+            pipeline.collect(item[0])
+            return True
+        except EdgeError as exc:
+            log.error("inference failed on frame %d: %s", item[1].seq, exc)
+            return False
+
+    def _finish(self, pipeline: Pipeline, item: tuple[Job, Frame]) -> None:
+        """Postprocess a collected frame and hand it to the writer."""
+        job, frame = item
+        try:
+            result = pipeline.finish(job)
+        except EdgeError as exc:
+            log.error("inference failed on frame %d: %s", frame.seq, exc)
+            return
+        while True:
+            try:
+                self.results.put_nowait((result, frame))
+                break
+            except queue.Full:
+                try:
+                    self.results.get_nowait()
+                    self.stats.dropped_write += 1
+                except queue.Empty:
+                    pass
+
+    def _adopt_next_pipeline(self, pending: tuple[Job, Frame] | None) -> bool:
+        """Switch to the pipeline a reload loaded, after finishing the frame the old
+        one is computing; True when switched (``pending`` is done with)."""
+        with self._swap_lock:
+            new, self._next_pipeline = self._next_pipeline, None
+        if new is None:
+            return False
+        if pending is not None and self._collect(self.pipeline, pending):
+            self._finish(self.pipeline, pending)
+        self.pipeline.close()
+        self.pipeline = new
+        return True
 
     # -- writing --------------------------------------------------------------------
     def write_loop(self) -> None:
@@ -363,9 +425,11 @@ class Daemon:
                 log.error("reload: keeping the running model: %s", exc)
                 new = config_mod.Config(new.camera, old.model, new.store, new.daemon, new.path)
             else:
-                with self._pipeline_lock:
-                    self.pipeline.close()
-                    self.pipeline = pipeline
+                # The infer thread switches over between frames (_adopt_next_pipeline).
+                with self._swap_lock:
+                    unused, self._next_pipeline = self._next_pipeline, pipeline
+                if unused is not None:
+                    unused.close()
         if new.store != old.store:
             self.store = self._make_store(new)
             self.store_state = "starting"
@@ -443,7 +507,13 @@ class Daemon:
             log.warning("threads still busy at exit: %s", ", ".join(alive))
         if "infer" not in alive:  # a wedged inference may hold the model; exit anyway
             self.pipeline.close()
+            if self._next_pipeline is not None:
+                self._next_pipeline.close()
         return 0
+
+
+def _ema(previous: float, sample: float, weight: float = 0.25) -> float:
+    return sample if previous == 0.0 else previous + weight * (sample - previous)
 
 
 def _iso(t: float) -> str:

@@ -85,6 +85,20 @@ class DepthFrame:
         }
 
 
+@dataclass
+class Job:
+    """One image on its way through the pipeline (see ``Pipeline.prepare``)."""
+
+    still: images.Still
+    wanted: tuple[int, int]
+    used: tuple[int, int]
+    core: Core | ProcessCore
+    artifact: Artifact
+    x: np.ndarray | None  # the preprocessed input, until submitted
+    timings: dict[str, float]
+    raw: tuple[np.ndarray, np.ndarray] | None = None  # the core's depth and confidence
+
+
 def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> tuple[int, int]:
     """The available shape closest in aspect ratio (then in size) to ``wanted``."""
     if not available:
@@ -205,47 +219,78 @@ class Pipeline(Closing):
         return self._cores[shape], artifact
 
     def __call__(self, image: Any, name: str | None = None) -> DepthFrame:
+        job = self.prepare(image, name)
+        self.submit(job)
+        return self.finish(job)
+
+    def run(self, still: images.Still, decode_ms: float = 0.0) -> DepthFrame:
+        """One decoded image through preprocess, core and postprocess."""
+        job = self.prepare(still, decode_ms=decode_ms)
+        self.submit(job)
+        return self.finish(job)
+
+    # One image is prepare -> submit -> collect -> finish. Split like this, a caller
+    # with the core in a worker process (the daemon) preprocesses the next image while
+    # the core computes this one, and postprocesses this one while the core computes
+    # the next: the core waits for neither.
+    def prepare(self, image: Any, name: str | None = None, decode_ms: float = 0.0) -> Job:
+        """Decode (unless given a ``Still``), choose the core, preprocess."""
         t0 = time.perf_counter()
         if isinstance(image, images.Still):
             still = image
         else:
             still = images.load(image, name=name, max_pixels=self.max_pixels)
-        t1 = time.perf_counter()
-        return self.run(still, decode_ms=(t1 - t0) * 1000)
-
-    def run(self, still: images.Still, decode_ms: float = 0.0) -> DepthFrame:
+            decode_ms = (time.perf_counter() - t0) * 1000
         wanted, used = self.choose(still.size)
         core, artifact = self.core(used)
         t1 = time.perf_counter()
         x = self.stages.preprocess(still.rgb, used)
         t2 = time.perf_counter()
-        depth, conf = core.run(x)
+        return Job(
+            still, wanted, used, core, artifact, x,
+            {"decode": decode_ms, "preprocess": (t2 - t1) * 1000},
+        )  # fmt: skip
+
+    def submit(self, job: Job) -> None:
+        """Hand the preprocessed image to its core (returns at once for a ProcessCore)."""
+        if job.x is None:
+            raise ValueError("this job was submitted already")
+        job.core.submit(job.x)
+        job.x = None
+
+    def collect(self, job: Job) -> None:
+        """Wait for the core's answer to ``job``."""
+        job.raw = job.core.collect()
+        job.timings["core"] = job.core.last_ms
+
+    def finish(self, job: Job) -> DepthFrame:
+        """Postprocess to the image's size (collecting first if not done yet)."""
+        if job.raw is None:
+            self.collect(job)
+        assert job.raw is not None
+        still, artifact = job.still, job.artifact
         t3 = time.perf_counter()
-        depth, conf = self.stages.postprocess(depth, conf, still.size)
-        t4 = time.perf_counter()
+        depth, conf = self.stages.postprocess(*job.raw, still.size)
+        job.raw = None
+        job.timings["postprocess"] = (time.perf_counter() - t3) * 1000
         return DepthFrame(
             depth=depth,
             conf=conf,
             name=still.name,
             source_size=still.size,
-            shape_wanted=wanted,
-            shape_used=used,
+            shape_wanted=job.wanted,
+            shape_used=job.used,
             precision=self.precision,
             stages=self.stages.name,
             model=self.manifest.model,
             weights=artifact.weights,
             random_init=artifact.random_init,
             artifact=artifact.file,
-            timings_ms={
-                "decode": decode_ms,
-                "preprocess": (t2 - t1) * 1000,
-                "core": (t3 - t2) * 1000,
-                "postprocess": (t4 - t3) * 1000,
-            },
+            timings_ms=job.timings,
             source_mode=still.mode,
             exif_transposed=still.exif_transposed,
-            threads=core.threads,
-            fp16_arithmetic=core.fp16_arithmetic,
+            threads=job.core.threads,
+            fp16_arithmetic=job.core.fp16_arithmetic,
         )
 
     def close(self) -> None:

@@ -97,3 +97,47 @@ def test_load_errors_keep_their_type(tmp_path: Path) -> None:
     bad.write_bytes(b"not a flatbuffer" * 100)
     with pytest.raises(ModelCorrupt, match=r"bad\.tflite"):
         ProcessCore(bad)
+
+
+def test_submit_returns_while_the_worker_computes(fp16_path: Path) -> None:
+    """The daemon's overlap rests on this: submit hands the image over and returns;
+    collect gets the same answer run() gives."""
+    x = normalised_photo("chelsea.png", SMALL_SHAPE)
+    with ProcessCore(fp16_path, threads=1, precision="fp16") as core:
+        expected = [a.copy() for a in core.run(x)]
+        assert core.last_ms > 0
+        with pytest.raises(EdgeError, match="nothing was submitted"):
+            core.collect()
+        t0 = time.perf_counter()
+        core.submit(x)
+        submitted = time.perf_counter() - t0
+        with pytest.raises(EdgeError, match="already being computed"):
+            core.submit(x)
+        depth, conf = core.collect()
+        total = time.perf_counter() - t0
+        print(
+            f"submit {submitted * 1000:.1f} ms, submit+collect {total * 1000:.1f} ms, "
+            f"worker's LiteRT time {core.last_ms:.1f} ms"
+        )
+        np.testing.assert_array_equal(depth, expected[0])
+        np.testing.assert_array_equal(conf, expected[1])
+        assert core.last_ms < total * 1000
+        # After a worker death the next submit starts a new one; the lost frame is an error.
+        core.submit(x)
+        os.kill(core.pid, signal.SIGKILL)
+        with pytest.raises(EdgeError, match="died during inference"):
+            core.collect()
+        np.testing.assert_array_equal(core.run(x)[0], expected[0])
+
+
+def test_in_process_core_has_the_same_two_halves(fp16_path: Path) -> None:
+    x = normalised_photo("chelsea.png", SMALL_SHAPE)
+    with Core(fp16_path, threads=1, precision="fp16") as core:
+        expected = core.run(x)[0].copy()
+        with pytest.raises(EdgeError, match="nothing was submitted"):
+            core.collect()
+        with pytest.raises(ShapeError):
+            core.submit(np.zeros((1, 3, 14, 14), np.float32))
+        core.submit(x)
+        np.testing.assert_array_equal(core.collect()[0], expected)
+        assert core.last_ms > 0

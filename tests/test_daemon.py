@@ -7,6 +7,7 @@ checks what the process does: its store, its notify messages, its log, its exit.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
@@ -421,3 +422,73 @@ def test_a_reader_following_latest_sees_only_whole_frames(
         assert d.stop() == 0
     assert reader.returncode == 0, reader.stderr
     assert int(reader.stdout) >= 3
+
+
+def test_the_core_never_waits_for_pre_or_postprocessing(small_models: Path, tmp_path: Path) -> None:
+    """In the running daemon (in this process, real pipeline and worker), frame N+1 is
+    preprocessed before N is collected, and submitted before N is postprocessed."""
+    from edge import config as config_mod
+    from edge.daemon import Daemon
+    from edge.systemd import Notifier
+
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:100", tmp_path / "store", small_models)
+    daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=6)
+    events: list[tuple[str, str]] = []
+    pipeline = daemon.pipeline
+
+    def spy(step: str) -> None:
+        real = getattr(pipeline, step)
+
+        def wrapper(arg: object, *args: object, **kwargs: object) -> object:
+            out = real(arg, *args, **kwargs)
+            name = kwargs.get("name") if step == "prepare" else arg.still.name  # type: ignore[attr-defined]
+            events.append((step, str(name)))
+            return out
+
+        setattr(pipeline, step, wrapper)
+
+    for step in ("prepare", "submit", "collect", "finish"):
+        spy(step)
+    assert daemon.run() == 0
+    order = {event: i for i, event in enumerate(events)}
+    names = [name for step, name in events if step == "finish"]
+    assert len(names) >= 6, events
+    overlapped = 0
+    for this, following in itertools.pairwise(names):
+        assert order["submit", this] < order["collect", this] < order["finish", this]
+        if order["prepare", following] < order["collect", this]:
+            assert order["submit", following] < order["finish", this]
+            overlapped += 1
+    print(f"{overlapped} of {len(names) - 1} frames preprocessed while the core ran the one before")
+    # The fake camera has a new frame every 10 ms: all but the first (which starts
+    # with no idea how long the core takes) find one waiting.
+    assert overlapped >= len(names) - 2
+
+
+def test_sighup_with_a_new_model_switches_between_frames(
+    small_models: Path, tmp_path: Path
+) -> None:
+    """A model change on reload: the new pipeline is loaded beside the old one, and
+    the infer thread switches over after the frame the old core is computing."""
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:30", store, small_models)
+    with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
+        d.wait_for(lambda: frame_dirs(store), what="a frame")
+        write_config(
+            cfg, "fake:fps:30", store, small_models, model={"precision": "fp32", "threads": 2}
+        )
+        d.signal(signal.SIGHUP)
+        d.wait_for(lambda: "applied" in d.log, what="reload applied")
+
+        def newest() -> dict[str, object]:
+            try:
+                latest = (store / "latest").resolve(strict=True)
+                return json.loads((latest / "frame.json").read_text())  # type: ignore[no-any-return]
+            except FileNotFoundError:
+                return {}  # pruned between resolve and read: ask again
+
+        d.wait_for(lambda: newest().get("precision") == "fp32", what="an fp32 frame")
+        meta = newest()
+        assert meta["threads"] == 2 and meta["fp16_arithmetic"] is False
+        assert d.stop() == 0
+    assert "inference failed" not in d.log and "Traceback" not in d.log
