@@ -8,9 +8,8 @@ and its BICUBIC uses a = -0.5, not OpenCV's -0.75; measured against DA3's own
 preprocessing that left errors of up to 2.2 (normalised units). These are the same
 operations written out:
 
-- area: each output pixel is the exact overlap-weighted mean of the input pixels it
-  covers. Computed per axis from a cumulative sum, which is exact for a
-  piecewise-constant signal and costs O(pixels).
+- area: each output pixel is the overlap-weighted mean of the input pixels it
+  covers (weight = the length of the overlap), separably: rows, then columns.
 - cubic: Keys' kernel with a = -0.75, sample positions ``(x + 0.5) * scale - 0.5``,
   edges replicated.
 """
@@ -22,36 +21,20 @@ import numpy as np
 CUBIC_A = -0.75
 
 
-def _area_axis(values: np.ndarray, out_len: int, axis: int) -> np.ndarray:
-    n = values.shape[axis]
-    if n == out_len:
-        return values.astype(np.float32, copy=False)
-    # uint8 input sums exactly in int32 (up to 8.4 M pixels along one axis); float
-    # input (the second pass) in float64.
-    acc = np.int32 if values.dtype == np.uint8 else np.float64
-    shape = list(values.shape)
-    shape[axis] = n + 1
-    csum = np.zeros(shape, dtype=acc)
-    np.cumsum(values, axis=axis, dtype=acc, out=_tail(csum, axis))
+def _area_weights(n: int, out_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each output pixel of an ``n`` -> ``out_len`` shrink: the input pixels it
+    covers (``idx``, out_len x K) and the length of their overlap with it (``w``; the
+    mean divides by ``n / out_len`` later)."""
     scale = n / out_len
     edges = np.arange(out_len + 1, dtype=np.float64) * scale
     edges[-1] = n  # exact end, whatever the rounding
-    lo = np.minimum(np.floor(edges).astype(np.int64), n - 1)
-    bshape = [1] * values.ndim
-    bshape[axis] = out_len + 1
-    frac = (edges - lo).reshape(bshape)
-    base = np.take(csum, lo, axis=axis)
-    step = np.take(values, lo, axis=axis)
-    # Integral of the piecewise-constant signal up to each edge.
-    integral = base + frac * step
-    out: np.ndarray = (np.diff(integral, axis=axis) / scale).astype(np.float32)
-    return out
-
-
-def _tail(csum: np.ndarray, axis: int) -> np.ndarray:
-    index = [slice(None)] * csum.ndim
-    index[axis] = slice(1, None)
-    return csum[tuple(index)]
+    start = np.minimum(np.floor(edges[:-1]).astype(np.int64), n - 1)
+    idx = start[:, None] + np.arange(int(np.ceil(scale)) + 1)[None, :]
+    lo = np.maximum(idx, edges[:-1, None])
+    hi = np.minimum(idx + 1, edges[1:, None])
+    w = np.clip(hi - lo, 0.0, None)
+    used = w.max(axis=0) > 0  # drop a column of zero weights
+    return np.minimum(idx, n - 1)[:, used], w[:, used].astype(np.float32)
 
 
 def _cubic_weights(out_len: int, in_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -87,12 +70,27 @@ def _to_uint8(values: np.ndarray) -> np.ndarray:
 def area(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """OpenCV ``INTER_AREA`` shrink of an (H, W, C) uint8 image to ``size`` (h, w)."""
     h, w = size
+    rows, row_w = _area_weights(image.shape[0], h)
+    cols, col_w = _area_weights(image.shape[1], w)
+    # Overlap lengths are summed and divided once by the block area: for a whole-
+    # number factor the lengths are 1 and the sums exact, so a mean of exactly .5
+    # stays .5 and rounds to even, as it does in exact arithmetic.
+    block = np.float32(image.shape[0] / h * image.shape[1] / w)
     out = np.empty((h, w, image.shape[2]), dtype=np.uint8)
-    # One channel at a time: the same numbers, a third of the peak memory (the
-    # cumulative sums of a 1200x1600 frame are ~60 MB for all three channels).
+    # Rows first (whole-row gathers, then a third of the data left for the column
+    # gathers), one channel at a time (peak memory), in float32: 1200x1600 -> 378x504
+    # in 8.7 ms instead of 17.4 ms with per-axis cumulative sums in float64 (the
+    # same uint8 values on a photo and on 9.9 M values of random images).
     for c in range(image.shape[2]):
         plane = image[:, :, c]
-        out[:, :, c] = _to_uint8(_area_axis(_area_axis(plane, w, axis=1), h, axis=0))
+        tall = plane[rows[:, 0]] * row_w[:, 0, None]
+        for k in range(1, rows.shape[1]):
+            tall += plane[rows[:, k]] * row_w[:, k, None]
+        small = tall[:, cols[:, 0]] * col_w[:, 0]
+        for k in range(1, cols.shape[1]):
+            small += tall[:, cols[:, k]] * col_w[:, k]
+        small /= block
+        out[:, :, c] = _to_uint8(small)
     return out
 
 

@@ -41,7 +41,7 @@ export UV_PYTHON_DOWNLOADS=never
 RUNTIME_TESTS=(
     tests/test_platform.py tests/test_config.py tests/test_images.py tests/test_store.py
     tests/test_models.py tests/test_core.py tests/test_coreproc.py tests/test_frames.py
-    tests/test_doctor.py tests/test_systemd.py
+    tests/test_doctor.py tests/test_systemd.py tests/test_resample.py
 )
 
 timed() {

@@ -196,11 +196,19 @@ def daemon_fps(
     for i in range(4):
         (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
     store = work / "store"
+    # The default config, except a ring big enough to keep every frame for counting
+    # (the default 256 MiB holds ~13 of these 19 MB frames).
+    config = work / "daemon.toml"
+    config.write_text(
+        f"[store]\nkeep_frames = {warmup + frames}\nmax_bytes = {(warmup + frames) << 25}\n"
+    )
     argv = [
         str(python),
         "-m",
         "edge",
         "run",
+        "--config",
+        str(config),
         "--source",
         f"replay:{replay}@{fps:g}",
         "--store",
@@ -245,7 +253,7 @@ def main() -> int:
     p.add_argument(
         "--daemon-frames",
         type=int,
-        default=20,
+        default=30,
         help="frames to time `da3-edge run` on replayed photos (0: skip)",
     )
     p.add_argument("--daemon-fps", type=float, default=10.0, help="replay rate (camera fps)")
