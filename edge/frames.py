@@ -17,14 +17,13 @@ file or none, never a partial one.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import platform
 import struct
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -157,16 +156,17 @@ def _box_shrink(array: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def npz_bytes(frame: DepthFrame) -> memoryview:
-    """The npz file's bytes, as a view on the buffer numpy wrote: at 1200x1600 the
-    file is 15 MB, and neither the arrays nor the buffer are copied again."""
-    buf = io.BytesIO()
-    np.savez(
-        buf,
-        depth=np.asarray(frame.depth, dtype=np.float32),
-        conf=np.asarray(frame.conf, dtype=np.float32),
-    )
-    return buf.getbuffer()
+def npz_writer(frame: DepthFrame) -> Callable[[BinaryIO], None]:
+    """Writes the npz (``depth``, ``conf``: float32) straight into an open file: at
+    1200x1600 it is 15 MB, and rendering it into memory first (BytesIO, then the file)
+    cost 18 ms of CPU against 7.6 ms."""
+    depth = np.asarray(frame.depth, dtype=np.float32)
+    conf = np.asarray(frame.conf, dtype=np.float32)
+
+    def write(fh: BinaryIO) -> None:
+        np.savez(fh, depth=depth, conf=conf)
+
+    return write
 
 
 def versions() -> dict[str, str]:
@@ -197,13 +197,13 @@ def render(
     extra: dict[str, Any] | None = None,
     *,
     preview_max_side: int = 0,
-) -> dict[str, bytes | memoryview]:
+) -> dict[str, atomic.Data]:
     """The bytes of each requested output, keyed by format."""
     formats = list(formats)
     inv = inverse_normalised(frame.depth) if {"png", "preview"} & set(formats) else None
-    makers: dict[str, Callable[[], bytes | memoryview]] = {
+    makers: dict[str, Callable[[], atomic.Data]] = {
         "png": lambda: depth_png(frame.depth, inv),
-        "npz": lambda: npz_bytes(frame),
+        "npz": lambda: npz_writer(frame),
         "preview": lambda: preview_png(frame.depth, inv, preview_max_side),
         "json": lambda: sidecar(frame, extra),
     }
@@ -220,8 +220,9 @@ def write(
     durable: bool = True,
 ) -> list[Path]:
     """Render, then write each file atomically; if a write fails, remove the files
-    of this frame already written. Rendering happens first so a frame that cannot be
-    rendered leaves nothing behind."""
+    of this frame already written. Rendering happens first (all but the npz, which
+    numpy writes into its file) so a frame that cannot be rendered leaves nothing
+    behind."""
     blobs = render(frame, formats, extra)
     written: list[Path] = []
     try:
@@ -229,7 +230,7 @@ def write(
             path = directory / f"{stem}{SUFFIXES[fmt]}"
             atomic.write_bytes(path, data, durable=durable)
             written.append(path)
-    except OSError:
+    except BaseException:
         # All of a frame's files or none: a disk that filled up halfway through
         # must not leave a depth map without its sidecar.
         for path in written:

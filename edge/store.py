@@ -137,8 +137,9 @@ class FrameStore:
             blobs["json"] = (json.dumps(record, indent=2) + "\n").encode()
             size = 0
             for fmt, data in blobs.items():
-                (tmp / f"{STEM}{frames.SUFFIXES[fmt]}").write_bytes(data)
-                size += len(data)
+                with open(tmp / f"{STEM}{frames.SUFFIXES[fmt]}", "wb") as fh:
+                    atomic.put(fh, data)
+                    size += fh.tell()
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
