@@ -7,13 +7,19 @@ daemon's own process, writing one 1200x1600 frame took ~1.5 s instead of ~0.2 s,
 all but one in six inferences were computed only to be dropped.
 
 ``ProcessCore`` has ``Core``'s interface and runs a ``Core`` in a child interpreter
-(``python -m edge.coreproc``). The parent writes the normalised image to the child's
-stdin and reads depth and confidence back (2-4 MB a frame over a pipe: ~1 ms); while
-it waits, it holds no GIL, so capture and writing go on. ``run`` comes in two halves,
-``submit`` (returns once the worker has the image) and ``collect`` (waits for the
-answer), so the daemon can pre- and postprocess other frames meanwhile. The child exits when its
-stdin closes (the parent closed it, or died); a child that dies is restarted at the
-next frame. Native log lines go to the shared stderr, as in-process.
+(``python -m edge.coreproc``). Images and answers go through one shared memory block
+(a memfd, or an unlinked temporary file where there is none, e.g. macOS; the child
+sizes it once the model is loaded): the parent copies the normalised image in, the
+child copies depth and confidence back. The pipes carry only small messages. (Through
+the pipes themselves, 3.8 MB a frame took ~60 round trips through 64 KB pipe buffers,
+each needing the GIL: the core then sat idle for a few ms a frame while the writer
+thread held it.) While the parent waits it holds no GIL, so capture and writing go
+on. ``run`` comes in two halves, ``submit`` (returns at once) and ``collect`` (waits
+for the answer), so the daemon can pre- and postprocess other frames meanwhile.
+
+The child exits when its stdin closes (the parent closed it, or died); a child that
+dies is restarted at the next frame. Native log lines go to the shared stderr, as
+in-process.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import mmap
 import os
 import signal
 import struct
@@ -37,8 +44,11 @@ from edge.core import Core, check_input
 from edge.errors import EdgeError
 
 log = logging.getLogger(__name__)
-_LEN = struct.Struct("<Q")
-_MS = struct.Struct("<d")  # after depth and conf: the worker's time in LiteRT
+# Parent -> worker: one byte per image ("the image is in the shared memory").
+# Worker -> parent: status and a double: 0 and the ms in LiteRT (the answer is in the
+# shared memory), or 1 and the length of an error message that follows.
+_GO = b"g"
+_REPLY = struct.Struct("<Bd")
 _ERRORS = {"ModelNotFound": errors.ModelNotFound, "ModelCorrupt": errors.ModelCorrupt}
 
 
@@ -63,35 +73,51 @@ class ProcessCore(Closing):
             "precision": precision,
         }
         self._proc: subprocess.Popen[bytes] | None = None
+        self._shared: _Shared | None = None
         self._closed = False
         self._in_flight = False
         self.last_ms = 0.0  # the worker's time in LiteRT for the last image
         self._start()
 
     def _start(self) -> None:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "edge.coreproc"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
+        fd = _shared_fd()
         try:
-            proc.stdin.write(json.dumps(self._spec).encode() + b"\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-        except OSError:
-            line = b""
-        if not line:
-            proc.kill()
-            code = _reap(proc)
-            raise EdgeError(f"{self.path}: the core process exited ({code}) while loading")
-        reply = json.loads(line)
-        if "error" in reply:
-            _reap(proc)
-            raise _ERRORS.get(reply["type"], EdgeError)(reply["error"])
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "edge.coreproc"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                close_fds=True,
+                pass_fds=(fd,),
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps({**self._spec, "shared_fd": fd}).encode() + b"\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+            except OSError:
+                line = b""
+            if not line:
+                proc.kill()
+                code = _reap(proc)
+                raise EdgeError(f"{self.path}: the core process exited ({code}) while loading")
+            reply = json.loads(line)
+            if "error" in reply:
+                _reap(proc)
+                raise _ERRORS.get(reply["type"], EdgeError)(reply["error"])
+            shape = tuple(reply["input_shape"])
+            try:
+                shared = _Shared(fd, shape)
+            except (OSError, ValueError) as exc:
+                proc.kill()
+                _reap(proc)
+                raise EdgeError(f"cannot map the core process's memory ({exc})") from None
+        finally:
+            os.close(fd)  # both mappings keep the memory
         self._proc = proc
-        self.input_shape: tuple[int, int, int, int] = tuple(reply["input_shape"])
+        if self._shared is not None:
+            self._shared.close()  # a dead worker's
+        self._shared = shared
+        self.input_shape: tuple[int, int, int, int] = shape
         self.threads: int = reply["threads"]
         self.fp16_arithmetic: bool = reply["fp16_arithmetic"]
         self.released_bytes: int = reply["released_bytes"]
@@ -120,12 +146,11 @@ class ProcessCore(Closing):
             self._proc = None
             log.warning("core process gone (exit %s); starting a new one", code)
             self._start()
-        proc = self._proc
-        assert proc is not None and proc.stdin is not None
-        data = np.ascontiguousarray(image).data.cast("B")
+        proc, shared = self._proc, self._shared
+        assert proc is not None and proc.stdin is not None and shared is not None
+        shared.image[...] = image
         try:
-            proc.stdin.write(_LEN.pack(len(data)))
-            proc.stdin.write(data)
+            proc.stdin.write(_GO)
             proc.stdin.flush()
         except OSError as exc:
             self._died(exc)
@@ -138,19 +163,17 @@ class ProcessCore(Closing):
         self._in_flight = False
         proc = self._proc
         assert proc is not None and proc.stdout is not None
-        h, w = self.shape
-        out = bytearray(2 * h * w * 4 + _MS.size)
         try:
-            header = _read_exactly(proc.stdout, _LEN.size)
-            (n,) = _LEN.unpack(header)
-            if n != len(out):
-                raise EdgeError(_read_error(proc.stdout, n))
-            _readinto_exactly(proc.stdout, out)
+            header = _read_exactly(proc.stdout, _REPLY.size)
+            status, value = _REPLY.unpack(header)
+            if status != 0:
+                raise EdgeError(_read_error(proc.stdout, int(value)))
         except (OSError, EOFError) as exc:
             self._died(exc)
-        (self.last_ms,) = _MS.unpack_from(out, len(out) - _MS.size)
-        both = np.frombuffer(out, dtype=np.float32, count=2 * h * w).reshape(2, h, w)
-        return both[0], both[1]
+        self.last_ms = value
+        assert self._shared is not None
+        # Copies: the next image's answer lands in the same memory.
+        return self._shared.depth.copy(), self._shared.conf.copy()
 
     def _died(self, exc: BaseException) -> NoReturn:
         proc, self._proc = self._proc, None
@@ -167,6 +190,39 @@ class ProcessCore(Closing):
         proc, self._proc = self._proc, None
         if proc is not None:
             _reap(proc)  # closing its stdin is the worker's cue to exit
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+
+
+class _Shared:
+    """The worker's input image and its two outputs, in memory both processes map."""
+
+    def __init__(self, fd: int, input_shape: tuple[int, ...]) -> None:
+        h, w = input_shape[2], input_shape[3]
+        n_in = int(np.prod(input_shape))
+        size = (n_in + 2 * h * w) * 4
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        self._map = mmap.mmap(fd, size)
+        floats = np.frombuffer(self._map, dtype=np.float32)
+        self.image = floats[:n_in].reshape(input_shape)
+        self.depth = floats[n_in : n_in + h * w].reshape(h, w)
+        self.conf = floats[n_in + h * w :].reshape(h, w)
+
+    def close(self) -> None:
+        del self.image, self.depth, self.conf  # views must go before the mapping
+        self._map.close()
+
+
+def _shared_fd() -> int:
+    """An anonymous file to share: a memfd (Linux), else an unlinked temporary file."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("da3-edge-core", 0)  # not CLOEXEC: the child inherits it
+    import tempfile
+
+    with tempfile.TemporaryFile() as fh:
+        return os.dup(fh.fileno())
 
 
 def _reap(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int:
@@ -187,15 +243,6 @@ def _read_exactly(stream: IO[bytes], n: int) -> bytes:
     if data is None or len(data) != n:
         raise EOFError("the core process closed its output")
     return data
-
-
-def _readinto_exactly(stream: IO[bytes], buf: bytearray) -> None:
-    view = memoryview(buf)
-    while view:
-        got = stream.readinto(view)  # type: ignore[attr-defined]
-        if not got:
-            raise EOFError("the core process closed its output")
-        view = view[got:]
 
 
 def _read_error(stream: IO[bytes], n: int) -> str:
@@ -224,6 +271,15 @@ def _serve() -> int:
         out.write(json.dumps({"error": str(exc), "type": type(exc).__name__}).encode() + b"\n")
         out.flush()
         return 1
+    try:
+        shared = _Shared(spec["shared_fd"], core.input_shape)
+    except (OSError, ValueError) as exc:
+        core.close()
+        message = f"cannot share memory with the parent ({exc})"
+        out.write(json.dumps({"error": message, "type": "EdgeError"}).encode() + b"\n")
+        out.flush()
+        return 1
+    os.close(spec["shared_fd"])
     reply = {
         "input_shape": list(core.input_shape),
         "threads": core.threads,
@@ -232,35 +288,28 @@ def _serve() -> int:
     }
     out.write(json.dumps(reply).encode() + b"\n")
     out.flush()
-    buf = bytearray(int(np.prod(core.input_shape)) * 4)
     with core:
         try:
-            return _serve_images(core, stdin, out, buf)
+            return _serve_images(core, shared, stdin, out)
         except (BrokenPipeError, EOFError):
             return 0  # the parent went away (closed while an image was in flight)
 
 
-def _serve_images(core: Core, stdin: IO[bytes], out: IO[bytes], buf: bytearray) -> int:
+def _serve_images(core: Core, shared: _Shared, stdin: IO[bytes], out: IO[bytes]) -> int:
     while True:
-        header = stdin.read(_LEN.size)
-        if len(header) != _LEN.size:
-            return 0  # the parent closed the pipe: done
-        (n,) = _LEN.unpack(header)
-        if n != len(buf):
-            return 2
-        _readinto_exactly(stdin, buf)
-        x = np.frombuffer(buf, dtype=np.float32).reshape(core.input_shape)
+        go = stdin.read(len(_GO))
+        if go != _GO:
+            return 0 if not go else 2  # the parent closed the pipe: done
         try:
-            depth, conf = core.run(x)
+            depth, conf = core.run(shared.image)
         except EdgeError as exc:
             message = str(exc).encode()
-            out.write(_LEN.pack(len(message)) + message)
+            out.write(_REPLY.pack(1, len(message)) + message)
             out.flush()
             continue
-        out.write(_LEN.pack(depth.nbytes + conf.nbytes + _MS.size))
-        out.write(np.ascontiguousarray(depth).data.cast("B"))
-        out.write(np.ascontiguousarray(conf).data.cast("B"))
-        out.write(_MS.pack(core.last_ms))
+        shared.depth[...] = depth
+        shared.conf[...] = conf
+        out.write(_REPLY.pack(0, core.last_ms))
         out.flush()
 
 

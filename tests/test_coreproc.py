@@ -141,3 +141,17 @@ def test_in_process_core_has_the_same_two_halves(fp16_path: Path) -> None:
         core.submit(x)
         np.testing.assert_array_equal(core.collect()[0], expected)
         assert core.last_ms > 0
+
+
+def test_without_memfd_an_unlinked_file_is_shared(
+    fp16_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS has no memfd_create: the worker shares an unlinked temporary file."""
+    x = normalised_photo("coffee.png", SMALL_SHAPE)
+    with ProcessCore(fp16_path, threads=1) as core:
+        expected = core.run(x)[0].copy()
+    monkeypatch.delattr(os, "memfd_create")
+    fds_before = set(os.listdir("/proc/self/fd"))
+    with ProcessCore(fp16_path, threads=1) as core:
+        np.testing.assert_array_equal(core.run(x)[0], expected)
+    assert set(os.listdir("/proc/self/fd")) <= fds_before  # nothing left open
