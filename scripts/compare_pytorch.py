@@ -31,12 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -95,7 +97,10 @@ def _with_env(argv: list[str], env: dict[str, str]) -> dict[str, float]:
         os.environ.update(old)
 
 
-def core_latency(models: Path, threads: int, shape: tuple[int, int]) -> dict[str, float]:
+def core_latency(
+    models: Path, threads: int, shape: tuple[int, int], only: str | None = None
+) -> dict[str, float]:
+    """Best of 5 runs after 2 warm-ups, per precision (or ``only`` that one)."""
     import numpy as np
 
     from edge.core import Core
@@ -105,7 +110,7 @@ def core_latency(models: Path, threads: int, shape: tuple[int, int]) -> dict[str
     x = np.random.default_rng(0).standard_normal((1, 3, *shape)).astype(np.float32)
     out = {}
     for artifact in manifest.cores():
-        if artifact.shape != shape:
+        if artifact.shape != shape or (only and artifact.precision != only):
             continue
         with Core(manifest.verify(artifact), threads=threads, precision=artifact.precision) as core:
             core.run(x)
@@ -195,7 +200,10 @@ def daemon_fps(
     replay.mkdir()
     for i in range(4):
         (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
-    store = work / "store"
+    # The store on a tmpfs, as the daemon's default store is (/run/da3-edge, systemd's
+    # RuntimeDirectory) when one is at hand; else the work directory (said in the JSON).
+    tmpfs = _tmpfs_dir()
+    store = Path(tempfile.mkdtemp(prefix="da3-compare-store-", dir=tmpfs or work)) / "store"
     # The default config, except a ring big enough to keep every frame for counting
     # (the default 256 MiB holds ~13 of these 19 MB frames).
     config = work / "daemon.toml"
@@ -227,6 +235,7 @@ def daemon_fps(
         (json.loads(p.read_text()) for p in (store / "frames").glob("*/frame.json")),
         key=lambda r: r["store_seq"],
     )
+    shutil.rmtree(store.parent, ignore_errors=True)
     steady = [r for r in records if r["store_seq"] >= warmup]
     if len(steady) < 2:
         raise SystemExit(f"da3-edge run wrote {len(records)} frames; too few to measure")
@@ -238,7 +247,46 @@ def daemon_fps(
         "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
         "dropped_stale": steady[-1]["dropped_stale_total"],
         "precision": steady[-1]["precision"],
+        "store": "tmpfs" if tmpfs else "disk",
     }
+
+
+def daemon_rounds(ns: argparse.Namespace, work: Path, shape: tuple[int, int]) -> dict[str, Any]:
+    """The daemon target: sustained frames/s >= 0.8 x (1 / core latency), same precision.
+
+    Each round measures the core's latency right before its daemon run, so the ratio
+    compares the two in the same minute (this machine's speed drifts by several %
+    over minutes); the summary is the median round."""
+    rounds = []
+    for r in range(ns.daemon_rounds):
+        print(f"daemon round {r + 1}/{ns.daemon_rounds}", file=sys.stderr, flush=True)
+        core_s = core_latency(ns.models, ns.threads, shape, only="fp16")["fp16"]
+        run = work / f"daemon{r}"
+        run.mkdir()
+        d = daemon_fps(
+            ns.runtime_python, ns.models, ns.threads, run, ns.daemon_frames, 3, ns.daemon_fps
+        )
+        if d["precision"] != "fp16":
+            raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
+        rounds.append({**d, "core_s": core_s, "ratio_to_core_rate": d["fps"] * core_s})
+    ratios = [r["ratio_to_core_rate"] for r in rounds]
+    middle = sorted(rounds, key=lambda r: r["ratio_to_core_rate"])[len(rounds) // 2]
+    return {**middle, "rounds": rounds, "ratio_range": [min(ratios), max(ratios)]}
+
+
+def _tmpfs_dir() -> str | None:
+    """A writable tmpfs directory: $XDG_RUNTIME_DIR or /dev/shm, if mounted as tmpfs."""
+    try:
+        mounts = {
+            fields[1]: fields[2]
+            for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines())
+        }
+    except OSError:
+        return None
+    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if candidate and mounts.get(candidate) == "tmpfs" and os.access(candidate, os.W_OK):
+            return candidate
+    return None
 
 
 def main() -> int:
@@ -257,6 +305,9 @@ def main() -> int:
         help="frames to time `da3-edge run` on replayed photos (0: skip)",
     )
     p.add_argument("--daemon-fps", type=float, default=10.0, help="replay rate (camera fps)")
+    p.add_argument(
+        "--daemon-rounds", type=int, default=3, help="daemon runs, each after its own core timing"
+    )
     ns = p.parse_args()
 
     from edge import bench
@@ -327,13 +378,7 @@ def main() -> int:
     gemm = gemm_peak(ns.threads)
     daemon = None
     if ns.daemon_frames:
-        print("daemon: da3-edge run on replayed photos", file=sys.stderr, flush=True)
-        daemon = daemon_fps(
-            ns.runtime_python, ns.models, ns.threads, work, ns.daemon_frames, 3, ns.daemon_fps
-        )
-        # The target: sustained frames/s >= 0.8 x (1 / core latency) of the same precision.
-        daemon["core_s"] = cores.get(daemon["precision"], cores["fp16"])
-        daemon["ratio_to_core_rate"] = daemon["fps"] * daemon["core_s"]
+        daemon = daemon_rounds(ns, work, shape)
 
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
@@ -398,7 +443,9 @@ def render(s: dict) -> str:  # type: ignore[type-arg]
         lines.append(
             f"daemon ({d['precision']}, replay {d['replay_fps']:g} fps, {d['frames']} frames): "
             f"{d['fps']:.2f} frames/s = {d['ratio_to_core_rate']:.2f}x (1 / core latency "
-            f"{d['core_s'] * 1000:.0f} ms), latency p50 {d['latency_p50_ms']:.0f} ms"
+            f"{d['core_s'] * 1000:.0f} ms), latency p50 {d['latency_p50_ms']:.0f} ms; "
+            f"median of {len(d['rounds'])} rounds, "
+            f"{d['ratio_range'][0]:.2f}-{d['ratio_range'][1]:.2f}x"
         )
     return "\n".join(lines)
 

@@ -30,6 +30,8 @@ def test_compare_pytorch_short(
             "1",
             "--daemon-frames",
             "4",
+            "--daemon-rounds",
+            "2",
             "--json",
             str(out),
         ],
@@ -57,3 +59,8 @@ def test_compare_pytorch_short(
     daemon = data["daemon"]
     assert daemon["frames"] == 4 and daemon["precision"] == "fp16"
     assert daemon["fps"] > 0 and daemon["ratio_to_core_rate"] > 0
+    assert len(daemon["rounds"]) == 2 and daemon["store"] in ("tmpfs", "disk")
+    low, high = daemon["ratio_range"]
+    assert low <= daemon["ratio_to_core_rate"] <= high
+    for r in daemon["rounds"]:
+        assert r["ratio_to_core_rate"] == r["fps"] * r["core_s"]
