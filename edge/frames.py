@@ -17,6 +17,7 @@ file or none, never a partial one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import platform
 import struct
@@ -75,8 +76,9 @@ def inverse_normalised(depth: np.ndarray) -> np.ndarray:
     return inv
 
 
-def _png(array: np.ndarray, level: int = PNG_LEVEL) -> bytes:
-    """A PNG of 8-bit grey or RGB, or 16-bit grey: every row Sub-filtered, zlib level 1.
+def _png(array: np.ndarray, level: int = PNG_LEVEL, *, up: bool = False) -> bytes:
+    """A PNG of 8-bit grey or RGB, or 16-bit grey: every row Sub-filtered (or, with
+    ``up``, Up-filtered and run-length coded), zlib level 1.
 
     Written here rather than by Pillow, whose encoder tries every PNG filter on every
     row: measured on a 1200x1600 map, 16-bit depth 89 -> 27 ms and the RGB preview
@@ -97,17 +99,32 @@ def _png(array: np.ndarray, level: int = PNG_LEVEL) -> bytes:
     else:
         raise ValueError(f"no PNG layout for {array.dtype} {array.shape}")
     rows = np.empty((h, raw.shape[1] + 1), dtype=np.uint8)
+    strategy = zlib.Z_DEFAULT_STRATEGY
     if level == 0:
         rows[:, 0] = 0  # stored, not compressed: filtering would buy nothing
         rows[:, 1:] = raw
+    elif up:
+        # Filter type Up (each byte minus the one above) with zlib's run-length
+        # strategy: on a 400x533 preview 3.9 instead of 4.9 ms, 2% larger.
+        rows[:, 0] = 2
+        rows[0, 1:] = raw[0]
+        np.subtract(raw[1:], raw[:-1], out=rows[1:, 1:])  # wraps mod 256
+        strategy = zlib.Z_RLE
     else:
         rows[:, 0] = 1  # filter type Sub: each byte minus the one bpp bytes to its left
         rows[:, 1 : bpp + 1] = raw[:, :bpp]
         np.subtract(raw[:, bpp:], raw[:, :-bpp], out=rows[:, bpp + 1 :])  # wraps mod 256
-    return _png_file(rows, w, depth, colour, level)
+    return _png_file(rows, w, depth, colour, level, strategy)
 
 
-def _png_file(rows: np.ndarray, width: int, depth: int, colour: int, level: int) -> bytes:
+def _png_file(
+    rows: np.ndarray,
+    width: int,
+    depth: int,
+    colour: int,
+    level: int,
+    strategy: int = zlib.Z_DEFAULT_STRATEGY,
+) -> bytes:
     """The PNG around filtered ``rows`` (each row: filter byte, then the pixels)."""
 
     def chunk(kind: bytes, data: bytes) -> list[bytes]:
@@ -115,7 +132,11 @@ def _png_file(rows: np.ndarray, width: int, depth: int, colour: int, level: int)
         return [struct.pack(">I", len(data)), kind, data, struct.pack(">I", crc)]
 
     header = struct.pack(">IIBBBBB", width, rows.shape[0], depth, colour, 0, 0, 0)
-    idat = zlib.compress(rows.data, level)
+    if strategy == zlib.Z_DEFAULT_STRATEGY:
+        idat = zlib.compress(rows.data, level)  # one buffer: no join of a 4 MB IDAT
+    else:
+        packer = zlib.compressobj(level, zlib.DEFLATED, 15, 8, strategy)
+        idat = packer.compress(rows.data) + packer.flush()
     return b"".join(
         [b"\x89PNG\r\n\x1a\n", *chunk(b"IHDR", header), *chunk(b"IDAT", idat), *chunk(b"IEND", b"")]
     )
@@ -141,7 +162,9 @@ def preview_png(depth: np.ndarray, inv: np.ndarray | None = None, max_side: int 
     inv = inverse_normalised(depth) if inv is None else inv
     if max_side and max(inv.shape) > max_side:
         inv = _box_shrink(inv, -(-max(inv.shape) // max_side))
-    return _png(COLORMAP[np.rint(inv * np.float32(255.0)).astype(np.uint8)])
+    index = np.rint(inv * np.float32(255.0)).astype(np.uint8)
+    rgb = np.take(COLORMAP, index, axis=0)  # 0.4 ms where COLORMAP[index] took 1.5
+    return _png(rgb, up=True)
 
 
 def _box_shrink(array: np.ndarray, k: int) -> np.ndarray:
@@ -170,6 +193,12 @@ def npz_writer(frame: DepthFrame) -> Callable[[BinaryIO], None]:
 
 
 def versions() -> dict[str, str]:
+    """The versions of what made the frame (this process's: looked up once)."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"da3-edge": __version__, "python": platform.python_version()}

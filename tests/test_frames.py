@@ -37,8 +37,9 @@ def test_png_round_trips_bit_exact(
 ) -> None:
     array = _smooth(shape, dtype, top, seed=len(shape))
     array.flat[0], array.flat[-1] = 0, top  # both extremes
-    for level in (frames.PNG_LEVEL, 0):  # compressed (Sub filter) and stored
-        with Image.open(io.BytesIO(frames._png(array, level))) as im:
+    # compressed (Sub filter), compressed (Up filter, run-length: the previews), stored
+    for level, up in ((frames.PNG_LEVEL, False), (frames.PNG_LEVEL, True), (0, False)):
+        with Image.open(io.BytesIO(frames._png(array, level, up=up))) as im:
             im.load()
             assert im.format == "PNG" and im.mode.startswith(mode[:3])
             decoded = np.asarray(im)
