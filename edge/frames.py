@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import platform
 import struct
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -65,10 +67,23 @@ COLORMAP = _colormap_lut()
 PNG_LEVEL = 1
 
 
-def inverse_normalised(depth: np.ndarray) -> np.ndarray:
-    """1 / depth scaled to 0..1 per image (1 = nearest), float32. A flat map gives zeros."""
-    inv: np.ndarray = np.reciprocal(np.maximum(depth, np.float32(1e-12), dtype=np.float32))
-    lo, hi = float(inv.min()), float(inv.max())
+def inverse_normalised(
+    depth: np.ndarray, depth_range: tuple[float, float] | None = None
+) -> np.ndarray:
+    """1 / depth scaled to 0..1 per image (1 = nearest), float32. A flat map gives zeros.
+
+    ``depth_range`` is depth's (min, max) when already known: 1/x rounded to float32
+    is monotonic, so the inverse map's extremes are the reciprocals of depth's, and
+    two passes over the map are saved.
+    """
+    eps = np.float32(1e-12)
+    inv: np.ndarray = np.maximum(depth, eps, dtype=np.float32)
+    np.reciprocal(inv, out=inv)
+    if depth_range is None:
+        lo, hi = float(inv.min()), float(inv.max())
+    else:
+        lo = float(np.reciprocal(np.maximum(np.float32(depth_range[1]), eps)))
+        hi = float(np.reciprocal(np.maximum(np.float32(depth_range[0]), eps)))
     if not np.isfinite(lo) or not np.isfinite(hi) or hi <= lo:
         return np.zeros(depth.shape, dtype=np.float32)
     inv -= np.float32(lo)
@@ -180,14 +195,26 @@ def _box_shrink(array: np.ndarray, k: int) -> np.ndarray:
 
 
 def npz_writer(frame: DepthFrame) -> Callable[[BinaryIO], None]:
-    """Writes the npz (``depth``, ``conf``: float32) straight into an open file: at
-    1200x1600 it is 15 MB, and rendering it into memory first (BytesIO, then the file)
-    cost 18 ms of CPU against 7.6 ms."""
-    depth = np.asarray(frame.depth, dtype=np.float32)
-    conf = np.asarray(frame.conf, dtype=np.float32)
+    """Writes the npz (``depth``, ``conf``: float32 .npy members, stored) straight into
+    an open file from the arrays' own memory: at 1200x1600 it is 15 MB, and rendering
+    it into memory first cost 18 ms of CPU; np.savez into the file 7.6 ms, because it
+    still copies each array to bytes once more. ``np.load`` reads it as any npz."""
+    arrays = {
+        "depth": np.ascontiguousarray(frame.depth, dtype=np.float32),
+        "conf": np.ascontiguousarray(frame.conf, dtype=np.float32),
+    }
 
     def write(fh: BinaryIO) -> None:
-        np.savez(fh, depth=depth, conf=conf)
+        with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as archive:
+            for name, array in arrays.items():
+                header = io.BytesIO()
+                np.lib.format.write_array_header_1_0(
+                    header, np.lib.format.header_data_from_array_1_0(array)
+                )
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                with archive.open(info, "w", force_zip64=True) as member:
+                    member.write(header.getvalue())
+                    member.write(array.data.cast("B"))
 
     return write
 
@@ -229,7 +256,8 @@ def render(
 ) -> dict[str, atomic.Data]:
     """The bytes of each requested output, keyed by format."""
     formats = list(formats)
-    inv = inverse_normalised(frame.depth) if {"png", "preview"} & set(formats) else None
+    wants_inverse = {"png", "preview"} & set(formats)
+    inv = inverse_normalised(frame.depth, frame.depth_range()) if wants_inverse else None
     makers: dict[str, Callable[[], atomic.Data]] = {
         "png": lambda: depth_png(frame.depth, inv),
         "npz": lambda: npz_writer(frame),

@@ -50,14 +50,22 @@ class DepthFrame:
     exif_transposed: bool = False
     threads: int = 0  # the core's CPU threads
     fp16_arithmetic: bool = False  # XNNPACK computed in fp16 (FORCE_FP16), not fp32
+    _depth_range: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
     @property
     def resized_to_nearest(self) -> bool:
         return self.shape_used != self.shape_wanted
 
+    def depth_range(self) -> tuple[float, float]:
+        """(min, max) of ``depth``, computed once: the summary and the inverse-depth
+        images both need it (a 1200x1600 map is 7.7 MB to read each time)."""
+        if self._depth_range is None:
+            self._depth_range = (float(self.depth.min()), float(self.depth.max()))
+        return self._depth_range
+
     def summary(self) -> dict[str, Any]:
         """Everything but the arrays, JSON-ready."""
-        d = self.depth
+        lo, hi = self.depth_range()
         c = self.conf
         return {
             "name": self.name,
@@ -77,8 +85,8 @@ class DepthFrame:
             "resized_to_nearest_shape": self.resized_to_nearest,
             "depth": {
                 "kind": "relative (larger = farther, arbitrary scale; not metres)",
-                "min": float(d.min()),
-                "max": float(d.max()),
+                "min": lo,
+                "max": hi,
             },
             "conf": {"min": float(c.min()), "max": float(c.max())},
             "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},

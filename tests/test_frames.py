@@ -75,3 +75,42 @@ def test_preview_shrinks_by_box_average() -> None:
         lut_index = np.rint(expected * 255).astype(np.uint8)
         np.testing.assert_array_equal(np.asarray(small), frames.COLORMAP[lut_index])
     assert full_rgb.shape == (1200, 1600, 3)
+
+
+def test_inverse_from_a_known_depth_range_is_bit_identical() -> None:
+    """frames.render passes depth's (min, max) instead of reducing the inverse map."""
+    rng = np.random.default_rng(5)
+    cases = [
+        rng.uniform(0.5, 80.0, (120, 160)).astype(np.float32),
+        np.full((4, 4), 3.0, np.float32),  # flat: zeros
+        np.array([[0.0, 1e-20, 2.0, 7.5]], np.float32),  # at and below the clamp
+        np.array([[1.0, np.inf, 2.0]], np.float32),
+        np.array([[1.0, np.nan, 2.0]], np.float32),
+    ]
+    for depth in cases:
+        plain = frames.inverse_normalised(depth)
+        known = frames.inverse_normalised(depth, (float(depth.min()), float(depth.max())))
+        np.testing.assert_array_equal(known, plain)
+
+
+def test_npz_is_what_np_savez_writes() -> None:
+    """npz_writer lays the archive out itself (no copies of the arrays); np.load must
+    read it like np.savez's, at the same size."""
+    from edge.pipeline import DepthFrame
+
+    rng = np.random.default_rng(2)
+    for shape in ((1200, 1600), (3, 5), (1, 1)):
+        depth = rng.random(shape, dtype=np.float32)
+        conf = 1 + rng.random(shape, dtype=np.float32)
+        frame = DepthFrame(depth, conf, "x", shape, (14, 14), (14, 14), "fp16", "numpy",
+                           "m", "random-init:0", True, "a.tflite")  # fmt: skip
+        ours, theirs = io.BytesIO(), io.BytesIO()
+        frames.npz_writer(frame)(ours)
+        np.savez(theirs, depth=depth, conf=conf)
+        assert len(ours.getvalue()) == len(theirs.getvalue())
+        ours.seek(0)
+        with np.load(ours) as npz:
+            assert sorted(npz.files) == ["conf", "depth"]
+            np.testing.assert_array_equal(npz["depth"], depth)
+            np.testing.assert_array_equal(npz["conf"], conf)
+            assert npz["depth"].dtype == np.float32
