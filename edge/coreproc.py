@@ -218,7 +218,8 @@ class _Shared:
 def _shared_fd() -> int:
     """An anonymous file to share: a memfd (Linux), else an unlinked temporary file."""
     if hasattr(os, "memfd_create"):
-        return os.memfd_create("da3-edge-core", 0)  # not CLOEXEC: the child inherits it
+        # Close-on-exec like every fd Python makes: only the worker gets it (pass_fds).
+        return os.memfd_create("da3-edge-core", os.MFD_CLOEXEC)
     import tempfile
 
     with tempfile.TemporaryFile() as fh:
