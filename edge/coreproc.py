@@ -269,31 +269,37 @@ def _serve() -> int:
             precision=spec["precision"],
         )
     except EdgeError as exc:
-        out.write(json.dumps({"error": str(exc), "type": type(exc).__name__}).encode() + b"\n")
-        out.flush()
+        _send_line(out, {"error": str(exc), "type": type(exc).__name__})
         return 1
     try:
         shared = _Shared(spec["shared_fd"], core.input_shape)
     except (OSError, ValueError) as exc:
         core.close()
-        message = f"cannot share memory with the parent ({exc})"
-        out.write(json.dumps({"error": message, "type": "EdgeError"}).encode() + b"\n")
-        out.flush()
+        _send_line(
+            out, {"error": f"cannot share memory with the parent ({exc})", "type": "EdgeError"}
+        )
         return 1
     os.close(spec["shared_fd"])
-    reply = {
-        "input_shape": list(core.input_shape),
-        "threads": core.threads,
-        "fp16_arithmetic": core.fp16_arithmetic,
-        "released_bytes": core.released_bytes,
-    }
-    out.write(json.dumps(reply).encode() + b"\n")
-    out.flush()
+    _send_line(
+        out,
+        {
+            "input_shape": list(core.input_shape),
+            "threads": core.threads,
+            "fp16_arithmetic": core.fp16_arithmetic,
+            "released_bytes": core.released_bytes,
+        },
+    )
     with core:
         try:
             return _serve_images(core, shared, stdin, out)
         except (BrokenPipeError, EOFError):
             return 0  # the parent went away (closed while an image was in flight)
+
+
+def _send_line(out: IO[bytes], message: dict[str, Any]) -> None:
+    """One JSON line to the parent: the load reply, or why loading failed."""
+    out.write(json.dumps(message).encode() + b"\n")
+    out.flush()
 
 
 def _serve_images(core: Core, shared: _Shared, stdin: IO[bytes], out: IO[bytes]) -> int:
