@@ -227,13 +227,12 @@ class Pipeline(Closing):
         return self._cores[shape], artifact
 
     def __call__(self, image: Any, name: str | None = None) -> DepthFrame:
-        job = self.prepare(image, name)
-        self.submit(job)
-        return self.finish(job)
+        return self.run(image, name)
 
-    def run(self, still: images.Still, decode_ms: float = 0.0) -> DepthFrame:
-        """One decoded image through preprocess, core and postprocess."""
-        job = self.prepare(still, decode_ms=decode_ms)
+    def run(self, image: Any, name: str | None = None, decode_ms: float = 0.0) -> DepthFrame:
+        """One image (decoded unless a ``Still``, whose ``decode_ms`` the caller may
+        give) through preprocess, core and postprocess."""
+        job = self.prepare(image, name, decode_ms)
         self.submit(job)
         return self.finish(job)
 
