@@ -23,7 +23,6 @@ ring takes the write load, the SD card sees a trickle.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -125,16 +124,14 @@ class FrameStore:
         final = self.frames_dir / name
         try:
             tmp.mkdir()
+            # The JSON is snap's sidecar (summary, versions, random-init warning) plus
+            # the daemon's record and the store sequence.
             blobs = frames.render(
                 frame,
-                [f for f in self.formats if f != "json"],
+                self.formats,
+                {**record, "store_seq": seq},
                 preview_max_side=self.preview_max_side,
             )
-            record = {**frame.summary(), **record, "store_seq": seq}
-            record["versions"] = frames.versions()
-            if frame.random_init:
-                record["warning"] = "made with random-init weights: NOT a real model's depth"
-            blobs["json"] = (json.dumps(record, indent=2) + "\n").encode()
             size = 0
             for fmt, data in blobs.items():
                 with open(tmp / f"{STEM}{frames.SUFFIXES[fmt]}", "wb") as fh:
