@@ -1,4 +1,4 @@
-"""The writers in edge/frames.py: the in-house PNG encoder, decoded by Pillow."""
+"""The writers in edge/frames.py: the in-house PNGs, decoded by Pillow; the npz."""
 
 from __future__ import annotations
 
@@ -21,43 +21,55 @@ def _smooth(shape: tuple[int, ...], dtype: type, top: int, seed: int) -> np.ndar
     return np.clip(np.rint(noisy), 0, top).astype(dtype)
 
 
-@pytest.mark.parametrize(
-    ("shape", "dtype", "top", "mode"),
-    [
-        ((1200, 1600), np.uint16, 65535, "I;16"),
-        ((37, 1), np.uint16, 65535, "I;16"),
-        ((1, 5), np.uint16, 65535, "I;16"),
-        ((480, 641, 3), np.uint8, 255, "RGB"),
-        ((3, 2, 3), np.uint8, 255, "RGB"),
-        ((99, 101), np.uint8, 255, "L"),
-    ],
-)
-def test_png_round_trips_bit_exact(
-    shape: tuple[int, ...], dtype: type, top: int, mode: str
-) -> None:
-    array = _smooth(shape, dtype, top, seed=len(shape))
-    array.flat[0], array.flat[-1] = 0, top  # both extremes
-    # compressed (Sub filter), compressed (Up filter, run-length: the previews), stored
-    for level, up in ((frames.PNG_LEVEL, False), (frames.PNG_LEVEL, True), (0, False)):
-        with Image.open(io.BytesIO(frames._png(array, level, up=up))) as im:
-            im.load()
-            assert im.format == "PNG" and im.mode.startswith(mode[:3])
-            decoded = np.asarray(im)
-        np.testing.assert_array_equal(decoded.astype(np.int64), array.astype(np.int64))
+def _depth(shape: tuple[int, int], seed: int) -> np.ndarray:
+    """A positive relative-depth map: smooth, with noise, both extremes present."""
+    depth = 1.0 + _smooth(shape, np.uint16, 65535, seed).astype(np.float32) / 1000.0
+    depth.flat[0], depth.flat[-1] = 0.5, 200.0
+    return depth
 
 
-def test_png_size_is_close_to_pillows() -> None:
-    depth = _smooth((1200, 1600), np.uint16, 65535, seed=1)
-    ours = len(frames._png(depth))
+@pytest.mark.parametrize("shape", [(1200, 1600), (37, 1), (1, 5), (2, 2)])
+def test_depth_png_round_trips_bit_exact(shape: tuple[int, int]) -> None:
+    depth = _depth(shape, seed=shape[0])
+    inv = frames.inverse_normalised(depth)
+    with Image.open(io.BytesIO(frames.depth_png(depth))) as im:
+        im.load()
+        assert im.format == "PNG" and im.mode.startswith("I;16") and im.size == shape[::-1]
+        decoded = np.asarray(im).astype(np.int64)
+    expected = np.rint(inv * np.float32(65535.0)).astype(np.int64)  # float32, as written
+    np.testing.assert_array_equal(decoded, expected)
+    assert decoded.min() == 0 and decoded.max() == 65535
+
+
+def test_depth_png_of_a_flat_map_is_zeros() -> None:
+    with Image.open(io.BytesIO(frames.depth_png(np.full((3, 4), 2.0, np.float32)))) as im:
+        assert not np.asarray(im).any()
+
+
+@pytest.mark.parametrize("shape", [(480, 641), (3, 2), (1, 1), (1, 7), (9, 1)])
+def test_preview_is_the_colormap_as_a_palette(shape: tuple[int, int]) -> None:
+    depth = _depth(shape, seed=shape[1])
+    index = np.rint(frames.inverse_normalised(depth) * np.float32(255.0)).astype(np.uint8)
+    with Image.open(io.BytesIO(frames.preview_png(depth))) as im:
+        im.load()
+        assert im.format == "PNG" and im.mode == "P" and im.size == shape[::-1]
+        palette = np.frombuffer(im.palette.tobytes(), np.uint8).reshape(-1, 3)
+        np.testing.assert_array_equal(palette, frames.COLORMAP)
+        np.testing.assert_array_equal(np.asarray(im), index)
+        rgb = np.asarray(im.convert("RGB"))
+    np.testing.assert_array_equal(rgb, frames.COLORMAP[index])
+
+
+def test_preview_size_is_close_to_pillows() -> None:
+    depth = _depth((1200, 1600), seed=1)
+    ours = frames.preview_png(depth)
+    index = np.rint(frames.inverse_normalised(depth) * np.float32(255.0)).astype(np.uint8)
+    image = Image.fromarray(index, mode="L").convert("P")
+    image.putpalette(frames.COLORMAP.tobytes())
     buf = io.BytesIO()
-    Image.fromarray(depth).save(buf, format="PNG", compress_level=frames.PNG_LEVEL)
-    print(f"16-bit 1200x1600: ours {ours} bytes, Pillow's {buf.tell()}")
-    assert ours < 1.25 * buf.tell()
-
-
-def test_png_refuses_other_layouts() -> None:
-    with pytest.raises(ValueError, match="no PNG layout"):
-        frames._png(np.zeros((4, 4), np.float32))
+    image.save(buf, format="PNG", compress_level=frames.PNG_LEVEL)
+    print(f"preview 1200x1600: ours {len(ours)} bytes, Pillow's {buf.tell()}")
+    assert len(ours) < 1.25 * buf.tell()
 
 
 def test_preview_shrinks_by_box_average() -> None:
@@ -66,15 +78,12 @@ def test_preview_shrinks_by_box_average() -> None:
         assert small.size == (533, 400)  # 1600/3 x 1200/3: blocks of 3 x 3
     with Image.open(io.BytesIO(frames.preview_png(depth))) as full:
         assert full.size == (1600, 1200)
-        full_rgb = np.asarray(full, dtype=np.float64)
     with Image.open(io.BytesIO(frames.preview_png(depth[:90, :90], max_side=640))) as tiny:
         assert tiny.size == (90, 90)  # never enlarged
     inv = frames.inverse_normalised(depth)
     expected = inv[:1200, :1599].reshape(400, 3, 533, 3).mean(axis=(1, 3))
     with Image.open(io.BytesIO(frames.preview_png(depth, max_side=640))) as small:
-        lut_index = np.rint(expected * 255).astype(np.uint8)
-        np.testing.assert_array_equal(np.asarray(small), frames.COLORMAP[lut_index])
-    assert full_rgb.shape == (1200, 1600, 3)
+        np.testing.assert_array_equal(np.asarray(small), np.rint(expected * 255).astype(np.uint8))
 
 
 def test_inverse_from_a_known_depth_range_is_bit_identical() -> None:

@@ -52,7 +52,7 @@ def _check_outputs(
     # larger = nearer in the PNG, larger = farther in the npz
     assert metrics(1.0 / depth, inv)["pearson"] > 0.999
     with Image.open(out / f"{stem}.preview.png") as preview:
-        assert preview.mode == "RGB" and preview.size == (w, h)
+        assert preview.mode == "P" and preview.size == (w, h)
     meta = json.loads((out / f"{stem}.json").read_text())
     assert meta["random_init"] is True and "NOT a real model" in meta["warning"]
     assert (
