@@ -46,6 +46,7 @@ class ModelConfig:
     stages: str = "numpy"
     threads: int = 0
     weight_cache: str = ""
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,8 @@ def validate(config: Config, text: str = "") -> None:
         fail("model", "stages", f"must be one of {', '.join(STAGES)}, not {model.stages!r}")
     if model.threads < 0:
         fail("model", "threads", "must be 0 (auto) or more")
+    if not 1 <= model.workers <= 8:
+        fail("model", "workers", "must be 1 to 8")
     if store.keep_frames < 1:
         fail("store", "keep_frames", "must be at least 1")
     if store.max_bytes < 1_000_000:

@@ -60,6 +60,16 @@ class Stats:
     written_at: deque[float] = field(default_factory=lambda: deque(maxlen=50))
 
 
+@dataclass
+class _InFlight:
+    """A frame submitted to a core: which worker's, and when it is expected back."""
+
+    job: Job
+    frame: Frame
+    worker: int
+    done_at: float
+
+
 class Mailbox:
     """One slot: ``put`` replaces what is there (returns True if that was unread)."""
 
@@ -122,6 +132,7 @@ class Daemon:
             threads=m.threads or None,
             weight_cache=m.weight_cache or None,
             core_process=True,  # keeps the GIL free for capture and writing
+            workers=m.workers,
         )
         # Refuse to start on a missing or tampered model, not at the first frame.
         for artifact in pipeline.manifest.cores():
@@ -246,62 +257,71 @@ class Daemon:
 
     # -- inference ------------------------------------------------------------------
     def infer_loop(self) -> None:
-        """Keep the core busy: while it computes frame N (in its worker process), this
-        thread preprocesses frame N+1, and postprocesses N while the core runs N+1.
+        """Keep the cores busy: while a core computes frame N (in its worker process),
+        this thread preprocesses frame N+1, and postprocesses N while the core runs N+1.
 
-        Frame N+1 is taken from the mailbox only shortly before the core is expected to
-        finish N (the core's and preprocessing's recent times say when), so it is as
-        fresh as the overlap allows; when no frame comes by then, N is finished alone.
+        With one worker (``model.workers``), frame N+1 is taken from the mailbox only
+        shortly before the core is expected to finish N (the core's and preprocessing's
+        recent times say when), so it is as fresh as the overlap allows; when no frame
+        comes by then, N is finished alone. With several, a new frame goes to an idle
+        worker as soon as it comes; once all are busy, the oldest frame in flight is
+        handled as with one.
         """
-        pending: tuple[Job, Frame] | None = None
-        done_at = 0.0  # when the core is expected to finish the pending frame
-        core_s = prep_s = 0.0  # recent times, for that expectation
+        pending: deque[_InFlight] = deque()  # oldest first
+        core_s = prep_s = 0.0  # recent times, for the expectations
         while not self.stop_event.is_set():
             self.beat("infer")
             if self._next_pipeline is not None and self._adopt_next_pipeline(pending):
-                pending = None
+                pending.clear()
             pipeline = self.pipeline
-            if pending is None:
+            busy = {item.worker for item in pending}
+            idle = [w for w in range(pipeline.workers) if w not in busy]
+            oldest = pending[0] if pending else None
+            if oldest is None:
                 frame = self.mailbox.take(0.25)
             else:
-                wake = done_at - prep_s
-                if wake > time.monotonic():
-                    self.stop_event.wait(wake - time.monotonic())
-                frame = self.mailbox.take(max(0.0, done_at - time.monotonic()))
+                if not idle:
+                    wake = oldest.done_at - prep_s
+                    if wake > time.monotonic():
+                        self.stop_event.wait(wake - time.monotonic())
+                frame = self.mailbox.take(max(0.0, oldest.done_at - time.monotonic()))
             self.beat("infer")
+            worker = idle[0] if idle else oldest.worker if oldest else 0
             job: Job | None = None
             if frame is not None:
                 t0 = time.monotonic()
                 try:
-                    job = pipeline.prepare(frame.rgb, name=f"frame-{frame.seq}")
+                    job = pipeline.prepare(frame.rgb, name=f"frame-{frame.seq}", worker=worker)
                 except EdgeError as exc:
                     log.error("inference failed on frame %d: %s", frame.seq, exc)
                 prep_s = _ema(prep_s, time.monotonic() - t0)
-            previous, pending = pending, None
-            if previous is not None and not self._collect(pipeline, previous):
-                previous = None
+            # The oldest frame is due (no new one came in time), or its core is needed.
+            done: _InFlight | None = None
+            if oldest is not None and (job is None or not idle):
+                pending.popleft()
+                if self._collect(pipeline, oldest):
+                    done = oldest
             if job is not None and frame is not None:
                 try:
                     pipeline.submit(job)
-                    pending = (job, frame)
-                    done_at = time.monotonic() + core_s
+                    pending.append(_InFlight(job, frame, worker, time.monotonic() + core_s))
                 except EdgeError as exc:
                     log.error("inference failed on frame %d: %s", frame.seq, exc)
-            if previous is not None:
-                self._finish(pipeline, previous)
-                core_s = _ema(core_s, previous[0].timings["core"] / 1000)
+            if done is not None:
+                self._finish(pipeline, done)
+                core_s = _ema(core_s, done.job.timings["core"] / 1000)
 
-    def _collect(self, pipeline: Pipeline, item: tuple[Job, Frame]) -> bool:
+    def _collect(self, pipeline: Pipeline, item: _InFlight) -> bool:
         try:
-            pipeline.collect(item[0])
+            pipeline.collect(item.job)
             return True
         except EdgeError as exc:
-            log.error("inference failed on frame %d: %s", item[1].seq, exc)
+            log.error("inference failed on frame %d: %s", item.frame.seq, exc)
             return False
 
-    def _finish(self, pipeline: Pipeline, item: tuple[Job, Frame]) -> None:
+    def _finish(self, pipeline: Pipeline, item: _InFlight) -> None:
         """Postprocess a collected frame and hand it to the writer."""
-        job, frame = item
+        job, frame = item.job, item.frame
         try:
             result = pipeline.finish(job)
         except EdgeError as exc:
@@ -318,15 +338,16 @@ class Daemon:
                 except queue.Empty:
                     pass
 
-    def _adopt_next_pipeline(self, pending: tuple[Job, Frame] | None) -> bool:
-        """Switch to the pipeline a reload loaded, after finishing the frame the old
+    def _adopt_next_pipeline(self, pending: deque[_InFlight]) -> bool:
+        """Switch to the pipeline a reload loaded, after finishing the frames the old
         one is computing; True when switched (``pending`` is done with)."""
         with self._swap_lock:
             new, self._next_pipeline = self._next_pipeline, None
         if new is None:
             return False
-        if pending is not None and self._collect(self.pipeline, pending):
-            self._finish(self.pipeline, pending)
+        for item in pending:
+            if self._collect(self.pipeline, item):
+                self._finish(self.pipeline, item)
         self.pipeline.close()
         self.pipeline = new
         return True
@@ -351,6 +372,7 @@ class Daemon:
                 "t_written_iso": _iso(t_written_wall),
                 "latency_ms": round(latency_ms, 3),
                 "source": self.config.camera.source,
+                "workers": self.pipeline.workers,
                 "dropped_stale_total": self.stats.dropped_stale,
             }
             try:

@@ -137,11 +137,17 @@ class Pipeline(Closing):
         weight_cache: str | os.PathLike[str] | None = None,
         max_pixels: int = images.MAX_PIXELS,
         core_process: bool = False,
+        workers: int = 1,
     ) -> None:
         self.manifest = manifest
         # The daemon runs the core in a worker process (edge/coreproc.py): LiteRT holds
         # the GIL for a whole inference, which would stall capture and writing.
         self.core_process = core_process
+        # Several workers (each its own process and interpreter) compute different
+        # images at once; ``threads`` is then per worker (see worker_threads).
+        if workers < 1 or (workers > 1 and not core_process):
+            raise ValueError("workers must be 1, or more with core_process")
+        self.workers = workers
         self.precision = precision
         self.stages = backend
         self.threads = threads
@@ -156,7 +162,7 @@ class Pipeline(Closing):
                 f"{manifest.directory}: no {precision} models (have: {', '.join(have) or 'none'}); "
                 f"export them with `da3-edge export --precision {precision}` or pick --precision"
             )
-        self._cores: dict[tuple[int, int], Core | ProcessCore] = {}
+        self._cores: dict[tuple[tuple[int, int], int], Core | ProcessCore] = {}
 
     @classmethod
     def load(
@@ -171,6 +177,7 @@ class Pipeline(Closing):
         weight_cache: str | os.PathLike[str] | None = None,
         max_pixels: int = images.MAX_PIXELS,
         core_process: bool = False,
+        workers: int = 1,
     ) -> Pipeline:
         """Open the model directory (argument, ``$DA3_EDGE_MODELS``, XDG default)."""
         from edge import stages as stages_mod
@@ -190,6 +197,7 @@ class Pipeline(Closing):
                 weight_cache=weight_cache,
                 max_pixels=max_pixels,
                 core_process=core_process,
+                workers=workers,
             )
         except BaseException:
             backend.close()
@@ -212,19 +220,32 @@ class Pipeline(Closing):
             )
         return wanted, nearest_shape(wanted, self.shapes)
 
-    def core(self, shape: tuple[int, int]) -> tuple[Core | ProcessCore, Artifact]:
+    def core(self, shape: tuple[int, int], worker: int = 0) -> tuple[Core | ProcessCore, Artifact]:
+        """The core for ``shape`` (worker ``worker`` of ``workers``), opened on first use."""
+        if not 0 <= worker < self.workers:
+            raise ValueError(f"worker {worker} of {self.workers}")
         artifact = self._artifacts[shape]
-        if shape not in self._cores:
+        key = (shape, worker)
+        if key not in self._cores:
             path = self.manifest.verify(artifact)
             kind = ProcessCore if self.core_process else Core
-            self._cores[shape] = kind(
+            self._cores[key] = kind(
                 path,
-                threads=self.threads,
+                threads=self.worker_threads(),
                 fp16_arithmetic=self.fp16_arithmetic,
                 weight_cache=self.weight_cache,
                 precision=artifact.precision,
             )
-        return self._cores[shape], artifact
+        return self._cores[key], artifact
+
+    def worker_threads(self) -> int | None:
+        """Each core's threads: as given, else the platform's default shared among the
+        workers (None: the core's own default, for one worker)."""
+        if self.threads or self.workers == 1:
+            return self.threads
+        from edge import platform
+
+        return max(1, platform.default_threads() // self.workers)
 
     def __call__(self, image: Any, name: str | None = None) -> DepthFrame:
         return self.run(image, name)
@@ -240,8 +261,10 @@ class Pipeline(Closing):
     # with the core in a worker process (the daemon) preprocesses the next image while
     # the core computes this one, and postprocesses this one while the core computes
     # the next: the core waits for neither.
-    def prepare(self, image: Any, name: str | None = None, decode_ms: float = 0.0) -> Job:
-        """Decode (unless given a ``Still``), choose the core, preprocess."""
+    def prepare(
+        self, image: Any, name: str | None = None, decode_ms: float = 0.0, worker: int = 0
+    ) -> Job:
+        """Decode (unless given a ``Still``), choose the core (of ``worker``), preprocess."""
         t0 = time.perf_counter()
         if isinstance(image, images.Still):
             still = image
@@ -249,7 +272,7 @@ class Pipeline(Closing):
             still = images.load(image, name=name, max_pixels=self.max_pixels)
             decode_ms = (time.perf_counter() - t0) * 1000
         wanted, used = self.choose(still.size)
-        core, artifact = self.core(used)
+        core, artifact = self.core(used, worker)
         t1 = time.perf_counter()
         x = self.stages.preprocess(still.rgb, used)
         t2 = time.perf_counter()

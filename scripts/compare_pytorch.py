@@ -21,6 +21,9 @@ Measured, alternating the contenders round by round, each in a fresh process:
   with `--stages executorch` from the export env.
 - core: LiteRT fp32 / fp16 / int8 core latency (best of 5 after warm-up) in this process,
   against the baseline's forward time, at the same thread count.
+- daemon: `da3-edge run` on replayed 1200x1600 JPEGs (default config, and each other
+  --daemon-workers value), sustained frames/s against 1 / the fp16 core's latency
+  timed just before (--daemon-rounds rounds, the median reported).
 
 Prints a table; --json writes the raw numbers (scripts/gen-performance-table.py turns
 that JSON into the table in docs/performance.md).
@@ -189,11 +192,19 @@ def gemm_peak(threads: int) -> dict[str, float]:
 
 
 def daemon_fps(
-    python: Path, models: Path, threads: int, work: Path, frames: int, warmup: int, fps: float
+    python: Path,
+    models: Path,
+    threads: int,
+    work: Path,
+    frames: int,
+    warmup: int,
+    fps: float,
+    workers: int = 1,
 ) -> dict[str, float]:
     """`da3-edge run` (default config: fp16, numpy stages, all four outputs) on replayed
     1200x1600 JPEGs delivered at ``fps``; sustained frames/s over the frames written
-    after ``warmup``, from the store's own frame.json timestamps."""
+    after ``warmup``, from the store's own frame.json timestamps. With ``workers`` > 1
+    (``model.workers``), the ``threads`` are shared among the workers."""
     from edge import bench
 
     replay = work / "replay"
@@ -208,6 +219,7 @@ def daemon_fps(
     # (the default 256 MiB holds ~13 of these 19 MB frames).
     config = work / "daemon.toml"
     config.write_text(
+        f"[model]\nworkers = {workers}\n"
         f"[store]\nkeep_frames = {warmup + frames}\nmax_bytes = {(warmup + frames) << 25}\n"
     )
     argv = [
@@ -224,7 +236,7 @@ def daemon_fps(
         "--models",
         str(models),
         "--threads",
-        str(threads),
+        str(max(1, threads // workers)),
         "--max-frames",
         str(warmup + frames),
     ]
@@ -247,31 +259,41 @@ def daemon_fps(
         "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
         "dropped_stale": steady[-1]["dropped_stale_total"],
         "precision": steady[-1]["precision"],
+        "workers": steady[-1]["workers"],
+        "threads_per_worker": steady[-1]["threads"],
         "store": "tmpfs" if tmpfs else "disk",
     }
 
 
-def daemon_rounds(ns: argparse.Namespace, work: Path, shape: tuple[int, int]) -> dict[str, Any]:
-    """The daemon target: sustained frames/s >= 0.8 x (1 / core latency), same precision.
+def daemon_rounds(
+    ns: argparse.Namespace, work: Path, shape: tuple[int, int]
+) -> dict[int, dict[str, Any]]:
+    """The daemon target: sustained frames/s >= 0.8 x (1 / core latency), same precision
+    and threads; per ``--daemon-workers`` value (1 is the default config).
 
-    Each round measures the core's latency right before its daemon run, so the ratio
-    compares the two in the same minute (this machine's speed drifts by several %
-    over minutes); the summary is the median round."""
-    rounds = []
+    Each round measures the core's latency right before its daemon runs, so the ratio
+    compares them in the same minute (this machine's speed drifts by several % over
+    minutes); the summary is the median round."""
+    rounds: dict[int, list[dict[str, Any]]] = {w: [] for w in ns.daemon_workers}
     for r in range(ns.daemon_rounds):
         print(f"daemon round {r + 1}/{ns.daemon_rounds}", file=sys.stderr, flush=True)
         core_s = core_latency(ns.models, ns.threads, shape, only="fp16")["fp16"]
-        run = work / f"daemon{r}"
-        run.mkdir()
-        d = daemon_fps(
-            ns.runtime_python, ns.models, ns.threads, run, ns.daemon_frames, 3, ns.daemon_fps
-        )
-        if d["precision"] != "fp16":
-            raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
-        rounds.append({**d, "core_s": core_s, "ratio_to_core_rate": d["fps"] * core_s})
-    ratios = [r["ratio_to_core_rate"] for r in rounds]
-    middle = sorted(rounds, key=lambda r: r["ratio_to_core_rate"])[len(rounds) // 2]
-    return {**middle, "rounds": rounds, "ratio_range": [min(ratios), max(ratios)]}
+        for workers in ns.daemon_workers:
+            run = work / f"daemon{r}-{workers}"
+            run.mkdir()
+            d = daemon_fps(
+                ns.runtime_python, ns.models, ns.threads, run, ns.daemon_frames, 3,
+                ns.daemon_fps, workers,
+            )  # fmt: skip
+            if d["precision"] != "fp16":
+                raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
+            rounds[workers].append({**d, "core_s": core_s, "ratio_to_core_rate": d["fps"] * core_s})
+    out = {}
+    for workers, runs in rounds.items():
+        ratios = [r["ratio_to_core_rate"] for r in runs]
+        middle = sorted(runs, key=lambda r: r["ratio_to_core_rate"])[len(runs) // 2]
+        out[workers] = {**middle, "rounds": runs, "ratio_range": [min(ratios), max(ratios)]}
+    return out
 
 
 def _tmpfs_dir() -> str | None:
@@ -308,7 +330,16 @@ def main() -> int:
     p.add_argument(
         "--daemon-rounds", type=int, default=3, help="daemon runs, each after its own core timing"
     )
+    p.add_argument(
+        "--daemon-workers",
+        type=lambda text: sorted({int(w) for w in text.split(",")}),
+        default=[1],
+        help="model.workers values to time the daemon with, comma-separated (1: the default "
+        "config, the target's; the threads are shared among the workers)",
+    )
     ns = p.parse_args()
+    if 1 not in ns.daemon_workers:
+        p.error("--daemon-workers must include 1 (the default config)")
 
     from edge import bench
 
@@ -376,7 +407,7 @@ def main() -> int:
     cores = core_latency(ns.models, ns.threads, shape)
     flops = network_flops(shape)
     gemm = gemm_peak(ns.threads)
-    daemon = None
+    daemon: dict[int, dict[str, Any]] = {}
     if ns.daemon_frames:
         daemon = daemon_rounds(ns, work, shape)
 
@@ -395,7 +426,9 @@ def main() -> int:
         "gemm_flops_per_s": gemm,
         "gemm_peak_flops_per_s": gemm["peak"],
         "core_flops_per_s": {k: flops["core"] / v for k, v in cores.items()},
-        "daemon": daemon,
+        # The default config (one worker) is the target's; other --daemon-workers beside.
+        "daemon": daemon.get(1),
+        "daemon_workers": {str(w): d for w, d in daemon.items() if w != 1},
         "core_s": cores,
         "core_ratio": {k: v / baseline["forward_s"] for k, v in cores.items()},
         "still_s": {k: med(k, "seconds") for k in results},
@@ -438,10 +471,12 @@ def render(s: dict) -> str:  # type: ignore[type-arg]
             f"one still, fresh process, {k}: {s['still_s'][k]:.2f} s ({s['still_ratio'][k]:.2f}x), "
             f"peak RSS {s['still_peak_rss_mib'][k]:.0f} MiB ({s['rss_ratio'][k]:.2f}x)"
         )
-    d = s.get("daemon")
-    if d:
+    for d in [s.get("daemon"), *s.get("daemon_workers", {}).values()]:
+        if not d:
+            continue
         lines.append(
-            f"daemon ({d['precision']}, replay {d['replay_fps']:g} fps, {d['frames']} frames): "
+            f"daemon ({d['precision']}, {d['workers']} worker(s) x {d['threads_per_worker']} "
+            f"thread(s), replay {d['replay_fps']:g} fps, {d['frames']} frames): "
             f"{d['fps']:.2f} frames/s = {d['ratio_to_core_rate']:.2f}x (1 / core latency "
             f"{d['core_s'] * 1000:.0f} ms), latency p50 {d['latency_p50_ms']:.0f} ms; "
             f"median of {len(d['rounds'])} rounds, "

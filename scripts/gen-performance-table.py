@@ -55,10 +55,20 @@ def render(data: dict) -> str:  # type: ignore[type-arg]
     if d:
         rows.append(
             f"| daemon `da3-edge run`, replayed 1200x1600 JPEGs at {d['replay_fps']:g} fps "
-            f"({d['precision']}, {d['frames']} frames, store on {d['store']}) | | "
-            f"{d['fps']:.2f} frames/s | {d['ratio_to_core_rate']:.2f} x (1 / core {d['core_s'] * 1000:.0f} ms); "
+            f"({d['precision']}, default config: 1 worker x {d['threads_per_worker']} threads, "
+            f"{d['frames']} frames, store on {d['store']}) | | "
+            f"{d['fps']:.2f} frames/s, latency p50 {d['latency_p50_ms']:.0f} ms | "
+            f"{d['ratio_to_core_rate']:.2f} x (1 / core {d['core_s'] * 1000:.0f} ms); "
             f"median of {len(d['rounds'])} rounds, each against the core timed just before it: "
             f"{d['ratio_range'][0]:.2f}-{d['ratio_range'][1]:.2f} | >= 0.8 |"
+        )
+    for w in data["daemon_workers"].values():
+        rows.append(
+            f"| the same with `model.workers = {w['workers']}` ({w['threads_per_worker']} "
+            f"thread(s) each) | | {w['fps']:.2f} frames/s, latency p50 "
+            f"{w['latency_p50_ms']:.0f} ms | {w['ratio_to_core_rate']:.2f} x (1 / core "
+            f"{w['core_s'] * 1000:.0f} ms); rounds {w['ratio_range'][0]:.2f}-"
+            f"{w['ratio_range'][1]:.2f} |  |"
         )
     peak = data.get("gemm_peak_flops_per_s")
     flops_lines = []

@@ -32,6 +32,8 @@ def test_compare_pytorch_short(
             "4",
             "--daemon-rounds",
             "2",
+            "--daemon-workers",
+            "1,2",
             "--json",
             str(out),
         ],
@@ -64,3 +66,9 @@ def test_compare_pytorch_short(
     assert low <= daemon["ratio_to_core_rate"] <= high
     for r in daemon["rounds"]:
         assert r["ratio_to_core_rate"] == r["fps"] * r["core_s"]
+    assert daemon["workers"] == 1 and daemon["threads_per_worker"] == 2
+    two = data["daemon_workers"]["2"]
+    assert two["workers"] == 2 and two["threads_per_worker"] == 1
+    assert two["frames"] == 4 and len(two["rounds"]) == 2
+    # each round's two daemon runs are measured against the same core timing
+    assert [r["core_s"] for r in two["rounds"]] == [r["core_s"] for r in daemon["rounds"]]

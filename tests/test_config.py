@@ -33,6 +33,7 @@ def test_every_key_is_documented_with_its_flag() -> None:
         ("[camera]\ntimeout = -1\n", "c.toml:2: camera.timeout must be positive"),
         ("\n[model]\nprecision = 'fp8'\n", "c.toml:3: model.precision must be one of"),
         ("[cam]\n", "c.toml:1: cam: unknown section"),
+        ("[model]\nworkers = 0\n", "c.toml:2: model.workers must be 1 to 8"),
         ("[store]\nformats = ['tiff']\n", "c.toml:2: store.formats has unknown format(s)"),
         ("[camera]\nsource = 'usb'\n", "c.toml:2: camera.source is not a usable source"),
         ("[camera]\nsource = 'fake:explode'\n", "unknown step"),

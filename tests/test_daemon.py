@@ -492,3 +492,57 @@ def test_sighup_with_a_new_model_switches_between_frames(
         assert meta["threads"] == 2 and meta["fp16_arithmetic"] is False
         assert d.stop() == 0
     assert "inference failed" not in d.log and "Traceback" not in d.log
+
+
+def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Path) -> None:
+    """model.workers = 2: two worker processes, a frame in each at the same time, the
+    results written in capture order."""
+    from edge import config as config_mod
+    from edge.daemon import Daemon
+    from edge.systemd import Notifier
+
+    store = tmp_path / "store"
+    cfg = write_config(
+        tmp_path / "c.toml", "fake:fps:100", store, small_models,
+        model={"workers": 2, "threads": 1}, store={"dir": str(store), "keep_frames": 20},
+    )  # fmt: skip
+    daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=8)
+    pipeline = daemon.pipeline
+    events: list[tuple[str, str, int]] = []  # (step, frame name, worker)
+    workers: dict[str, int] = {}
+    real_prepare, real_submit, real_collect = pipeline.prepare, pipeline.submit, pipeline.collect
+
+    def prepare(image: object, *args: object, **kwargs: object) -> object:
+        job = real_prepare(image, *args, **kwargs)  # type: ignore[arg-type]
+        workers[str(kwargs["name"])] = int(kwargs["worker"])  # type: ignore[call-overload]
+        return job
+
+    def step(name: str, real: object) -> object:
+        def wrapper(job: object) -> None:
+            real(job)  # type: ignore[operator]
+            frame = job.still.name  # type: ignore[attr-defined]
+            events.append((name, frame, workers[frame]))
+
+        return wrapper
+
+    pipeline.prepare = prepare  # type: ignore[method-assign]
+    pipeline.submit = step("submit", real_submit)  # type: ignore[method-assign]
+    pipeline.collect = step("collect", real_collect)  # type: ignore[method-assign]
+    assert daemon.run() == 0
+    in_flight, most = set(), 0
+    for kind, frame, worker in events:
+        if kind == "submit":
+            assert worker not in {w for _, w in in_flight}, events  # one frame per worker
+            in_flight.add((frame, worker))
+            most = max(most, len(in_flight))
+        else:
+            in_flight.discard((frame, worker))
+    print(
+        f"{len(events) // 2} frames, at most {most} in flight, workers {sorted(set(workers.values()))}"
+    )
+    assert most == 2 and set(workers.values()) == {0, 1}
+    metas = [assert_complete(d) for d in frame_dirs(store)]
+    assert len(metas) >= 8
+    assert all(m["workers"] == 2 and m["threads"] == 1 for m in metas)
+    seqs = [m["camera_seq"] for m in sorted(metas, key=lambda m: m["store_seq"])]
+    assert seqs == sorted(seqs), seqs  # written in capture order

@@ -75,6 +75,22 @@ def test_strict_shape_and_missing_precision(small_models: Path, tmp_path: Path) 
         assert pipe(photo_path("chelsea.png")).precision == "fp32"
 
 
+def test_workers_share_the_threads(small_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge import platform
+
+    with pytest.raises(ValueError, match="core_process"):
+        Pipeline.load(small_models, workers=2)  # in one process they would share the GIL
+    monkeypatch.setattr(platform, "default_threads", lambda: 4)
+    with Pipeline.load(small_models, core_process=True, workers=2) as pipe:
+        assert pipe.worker_threads() == 2  # the default, shared
+        with pytest.raises(ValueError, match="worker 2 of 2"):
+            pipe.prepare(photo_path("chelsea.png"), worker=2)
+    with Pipeline.load(small_models, core_process=True, workers=3, threads=1) as pipe:
+        assert pipe.worker_threads() == 1  # given: per worker
+    with Pipeline.load(small_models) as pipe:
+        assert pipe.worker_threads() is None  # one worker: the core's own default
+
+
 def test_model_dir_from_environment(small_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DA3_EDGE_MODELS", str(small_models))
     with Pipeline.load() as pipe:

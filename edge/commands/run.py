@@ -45,7 +45,10 @@ def parser() -> argparse.ArgumentParser:
         "--stages", choices=config_mod.STAGES, help="stages backend (config model.stages)"
     )
     p.add_argument(
-        "--threads", type=int, metavar="N", help="core threads, 0 = auto (config model.threads)"
+        "--threads",
+        type=int,
+        metavar="N",
+        help="core threads per worker, 0 = auto (config model.threads)",
     )
     p.add_argument(
         "--check-config", action="store_true", help="validate the config (and flags) and exit"
