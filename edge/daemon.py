@@ -286,7 +286,7 @@ class Daemon:
                         self.stop_event.wait(wake - time.monotonic())
                 frame = self.mailbox.take(max(0.0, oldest.done_at - time.monotonic()))
             self.beat("infer")
-            worker = idle[0] if idle else oldest.worker if oldest else 0
+            worker = idle[0] if idle else pending[0].worker  # none idle: one is in flight
             job: Job | None = None
             if frame is not None:
                 t0 = time.monotonic()

@@ -55,7 +55,7 @@ def render(data: dict) -> str:  # type: ignore[type-arg]
     if d:
         rows.append(
             f"| daemon `da3-edge run`, replayed 1200x1600 JPEGs at {d['replay_fps']:g} fps "
-            f"({d['precision']}, default config: 1 worker x {d['threads_per_worker']} threads, "
+            f"({d['precision']}, default config: {d['workers']} worker x {d['threads_per_worker']} threads, "
             f"{d['frames']} frames, store on {d['store']}) | | "
             f"{d['fps']:.2f} frames/s, latency p50 {d['latency_p50_ms']:.0f} ms | "
             f"{d['ratio_to_core_rate']:.2f} x (1 / core {d['core_s'] * 1000:.0f} ms); "
