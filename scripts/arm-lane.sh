@@ -83,12 +83,7 @@ a72() { enter cpuinfo-pi4.txt cortex-a72 "$@"; }
 no_times() { sed -E 's/: [0-9.]+ ms$/: done (emulated: time not reported)/'; }
 
 ensure_binfmt() {
-    local need=()
-    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
-    command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
-    if [ ${#need[@]} -gt 0 ]; then
-        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
-    fi
+    scripts/install-host-packages.sh qemu-user-static mmdebstrap
     local fs=/proc/sys/fs/binfmt_misc
     [ -e "$fs/register" ] || mount -t binfmt_misc binfmt_misc "$fs"
     if [ ! -e "$fs/qemu-aarch64" ]; then

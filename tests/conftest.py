@@ -130,7 +130,12 @@ def tmpfs(path: Path, *, size: str = "4m", read_only: bool = False) -> Iterator[
 
 def _code_stamp(args: list[str]) -> str:
     digest = hashlib.sha256(json.dumps(args).encode())
-    for pattern in ("edge/export/*.py", "edge/models.py", "edge/parity.py", "requirements/*.txt"):
+    for pattern in (
+        "edge/export/*.py",
+        "edge/models.py",
+        "edge/parity.py",
+        "requirements/export*.txt",
+    ):
         for path in sorted(ROOT.glob(pattern)):
             digest.update(path.read_bytes())
     return digest.hexdigest()

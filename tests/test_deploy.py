@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT, require_tool, run_cli
-from .test_unit import parse_unit
+from .test_systemd_unit import parse_unit
 
 INSTALLER = ROOT / "scripts" / "install-pi.sh"
 INSTALLER_CHECK = ROOT / "scripts" / "arm" / "installer-check.sh"
@@ -163,7 +163,7 @@ def test_installer_uv_is_the_uv_ci_uses() -> None:
 
 
 def cloud_init() -> str:
-    return require_tool("cloud-init", "apt-get install cloud-init")
+    return require_tool("cloud-init", "scripts/install-host-packages.sh cloud-init")
 
 
 def load_yaml(path: Path) -> object:

@@ -3,8 +3,8 @@
 Boots Debian bookworm with systemd-nspawn (see tests/container.py), installs the
 unmodified systemd/da3-edge.service plus one drop-in that shortens WatchdogSec to 6 s
 (30 s in the shipped unit) so the restart is seen in seconds, and drives it with
-systemctl from inside. Needs root, mmdebstrap and systemd-container; .ci/run
-installs them.
+systemctl from inside. Needs root, mmdebstrap and systemd-container (on
+requirements/apt.txt, which .ci/run installs first).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ status_every = 1.0
 def container(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Container:
     for tool in ("mmdebstrap", "systemd-nspawn", "nsenter", "uv"):
         if shutil.which(tool) is None:
-            skip_or_fail(f"{tool} is not installed (apt install mmdebstrap systemd-container)")
+            skip_or_fail(f"{tool} is not installed (scripts/install-host-packages.sh)")
     root = tmp_path_factory.mktemp("container") / "root"
     box = Container.build(root, small_models, CONFIG.format(source="fake"))
     box.drop_in("ci.conf", "[Service]\nWatchdogSec=6\n")

@@ -24,7 +24,7 @@ MAX_EXPOSURE = 4.0
 
 
 def systemd_analyze() -> str:
-    return require_tool("systemd-analyze", "apt-get install systemd")
+    return require_tool("systemd-analyze", "scripts/install-host-packages.sh systemd")
 
 
 def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
