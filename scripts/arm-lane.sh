@@ -9,7 +9,8 @@
 #
 # Steps:
 #   prepare  qemu-user-static + binfmt_misc (F flag), a bookworm arm64 root filesystem
-#            from Debian's packages (mmdebstrap; cached as a tarball in .cache/arm), the
+#            from Debian's packages (mmdebstrap; a tarball kept per machine in
+#            $DA3_EDGE_ROOTFS_CACHE, default ~/.cache/da3-edge/rootfs), the
 #            locked runtime + test wheels for aarch64 (uv --python-platform), da3-edge.
 #   tests    the runtime test subset (RUNTIME_TESTS below) on cortex-a76, strict.
 #   snap     `da3-edge snap` on real photos, fp32/fp16/int8, on x86_64 and cortex-a76;
@@ -29,7 +30,11 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 LANE=${DA3_EDGE_ARM_CACHE:-$REPO/.cache/arm}
 PACKAGES=python3,ca-certificates
-ROOTFS_TAR=$LANE/bookworm-arm64-${PACKAGES//,/+}.tar
+# The root filesystem tarball is kept per machine, not per checkout (a clean clone reuses
+# it), named by everything it is made from, and made anew after a week (Debian's updates).
+ROOTFS_CACHE=${DA3_EDGE_ROOTFS_CACHE:-${HOME:-/root}/.cache/da3-edge/rootfs}
+ROOTFS_TAR=$ROOTFS_CACHE/bookworm-arm64-minbase-${PACKAGES//,/+}.tar
+ROOTFS_MAX_DAYS=7
 ROOT=$LANE/root
 OUT=$LANE/out
 export UV_PYTHON_DOWNLOADS=never
@@ -98,10 +103,12 @@ ensure_binfmt() {
 
 prepare() {
     ensure_binfmt
-    mkdir -p "$LANE"
+    mkdir -p "$LANE" "$ROOTFS_CACHE"
+    find "$ROOTFS_TAR" -mtime +"$ROOTFS_MAX_DAYS" -delete 2>/dev/null || true
     if [ ! -f "$ROOTFS_TAR" ]; then
         local partial=${ROOTFS_TAR%.tar}.partial.tar   # mmdebstrap picks the format by suffix
         rm -rf "$ROOTFS_TAR" "$partial"
+        echo "building $ROOTFS_TAR (mmdebstrap; kept for $ROOTFS_MAX_DAYS days)"
         mmdebstrap --architectures=arm64 --variant=minbase --include="$PACKAGES" \
             bookworm "$partial" >"$LANE/mmdebstrap.log" 2>&1 \
             || { tail -20 "$LANE/mmdebstrap.log"; exit 1; }

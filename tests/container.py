@@ -1,7 +1,7 @@
 """A real systemd, in a Debian bookworm container, for the unit's end-to-end test.
 
-The root filesystem comes from Debian's packages with mmdebstrap (cached as a tarball
-under .cache/container, ~20 s to build); each run extracts a fresh copy, installs
+The root filesystem comes from Debian's packages with mmdebstrap (a tarball kept per
+machine under $DA3_EDGE_ROOTFS_CACHE, default ~/.cache/da3-edge/rootfs; ~20 s to build); each run extracts a fresh copy, installs
 da3-edge into it (wheels for the container's Python 3.11, from the project's lock),
 the unmodified unit, a config and a small model, and boots it with systemd-nspawn.
 Commands run inside through nsenter (machinectl needs a host systemd, and there is
@@ -12,6 +12,7 @@ cleaned up after.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import tarfile
@@ -21,11 +22,18 @@ from pathlib import Path
 from .conftest import ROOT
 
 PACKAGES = "systemd,systemd-sysv,dbus,python3,passwd,procps"  # procps: /bin/kill, as on Pi OS
-CACHE = ROOT / ".cache" / "container"
+# Kept per machine, not per checkout (scripts/arm-lane.sh keeps its root there too), named
+# by what it is made from, and made anew after a week (Debian's updates).
+CACHE = Path(
+    os.environ.get("DA3_EDGE_ROOTFS_CACHE", Path.home() / ".cache" / "da3-edge" / "rootfs")
+)
+MAX_AGE_S = 7 * 86400
 
 
 def rootfs_tarball() -> Path:
-    tar = CACHE / f"bookworm-{PACKAGES.replace(',', '+')}.tar"
+    tar = CACHE / f"bookworm-{os.uname().machine}-minbase-{PACKAGES.replace(',', '+')}.tar"
+    if tar.exists() and time.time() - tar.stat().st_mtime > MAX_AGE_S:
+        tar.unlink()
     if not tar.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         tmp = tar.with_suffix(".partial.tar")
