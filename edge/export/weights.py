@@ -121,6 +121,7 @@ def load_official(path: Path) -> Weights:
         raise WeightsError(
             f"{file}: not readable as {MODEL_NAME} weights ({first_line(exc)})"
         ) from None
+    unexpected = _drop_stored_aliases(file, _Release(net), unexpected)
     if missing or unexpected:
         raise WeightsError(
             f"{file}: does not match {MODEL_NAME} "
@@ -129,6 +130,41 @@ def load_official(path: Path) -> Weights:
         )
     seed = random_seed_of(file)
     return Weights(net.eval(), f"sha256:{sha256_file(file)}", seed is not None, str(file))
+
+
+def _drop_stored_aliases(file: Path, module: nn.Module, unexpected: list[str]) -> list[str]:
+    """``unexpected`` less the names that are aliases of a shared tensor, stored again.
+
+    Files made by cloning the state dict and saving it with ``save_file`` (common in
+    community conversions) store each alias of a shared tensor (DA3's aux head reuses
+    one LayerNorm) as a tensor of its own; ``load_model`` then reports the aliases as
+    unexpected, where the official ``from_pretrained`` (non-strict) accepts the file.
+    Accept them when every stored alias equals the others of its group; refuse the file,
+    naming the key, when one differs: which copy is the model's would be a guess.
+    """
+    from safetensors import safe_open
+
+    if not unexpected:
+        return unexpected
+    state = module.state_dict(keep_vars=True)
+    groups: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+    for name in sorted(state):
+        tensor = state[name]
+        groups.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
+    alias_group = {name: names for names in groups.values() if len(names) > 1 for name in names}
+    left = [name for name in unexpected if name not in alias_group]
+    aliases = sorted(set(unexpected) - set(left))
+    with safe_open(str(file), framework="pt") as stored:
+        keys = set(stored.keys())
+        for name in aliases:
+            canonical = next((n for n in alias_group[name] if n in keys and n != name), None)
+            if canonical is None:
+                continue
+            if not torch.equal(stored.get_tensor(name), stored.get_tensor(canonical)):
+                raise WeightsError(
+                    f"{file}: {name} is stored as an alias of {canonical} but differs from it"
+                )
+    return left
 
 
 def random_seed_of(file: Path) -> str | None:

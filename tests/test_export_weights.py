@@ -1,0 +1,122 @@
+"""Release-layout weights files as found in the wild, through `da3-edge export --weights`.
+
+The official file is written by safetensors' ``save_model``: a tensor shared by several
+modules is stored once. Community conversions often clone the state dict and save it
+with ``save_file``, storing every alias as its own tensor; the official
+``from_pretrained`` (non-strict) accepts those, and so must we — unless an alias differs
+from the tensor it aliases.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_cli
+
+pytestmark = pytest.mark.export
+
+# Rewrites a release file with every alias of each shared tensor stored as its own copy
+# (as `save_file(dict(model.state_dict()))` after cloning does); TAMPER=1 changes one.
+WITH_ALIASES = """
+import sys
+from safetensors.torch import load_file, save_file
+from edge.export.weights import _Release, build_network
+
+src, dst, tamper = sys.argv[1:4]
+state = load_file(src)
+groups = {}
+for name, tensor in _Release(build_network()).state_dict().items():
+    groups.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
+added = []
+for names in groups.values():
+    stored = [n for n in names if n in state]
+    for name in names:
+        if len(names) > 1 and name not in state:
+            state[name] = state[stored[0]].clone()
+            added.append(name)
+added.sort()
+if tamper == "1":
+    state[added[0]] = state[added[0]] + 1e-3
+save_file(state, dst, metadata={"format": "pt"})
+print("ALIASES", " ".join(added))
+"""
+
+
+def run_python(python: Path, code: str, *args: str) -> str:
+    proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _aliased_folder(
+    export_env: Path, random_weights: Path, folder: Path, *, tamper: bool
+) -> list[str]:
+    folder.mkdir()
+    shutil.copy(random_weights / "config.json", folder / "config.json")
+    proc = run_python(
+        export_env,
+        WITH_ALIASES,
+        str(random_weights / "model.safetensors"),
+        str(folder / "model.safetensors"),
+        "1" if tamper else "0",
+    )
+    # The reference package logs to stdout when imported: take the script's own line.
+    line = next(x for x in proc.splitlines() if x.startswith("ALIASES "))
+    return line.split()[1:]
+
+
+def test_every_alias_stored_is_accepted(
+    export_env: Path, random_weights: Path, tmp_path: Path
+) -> None:
+    aliases = _aliased_folder(export_env, random_weights, tmp_path / "w", tamper=False)
+    print(f"{len(aliases)} aliases stored as tensors of their own: {aliases}")
+    assert aliases  # the network shares tensors, so the file really has extra keys
+    proc = run_cli(
+        [
+            "export",
+            "--weights",
+            str(tmp_path / "w"),
+            "--save-weights",
+            str(tmp_path / "out"),
+            "--weights-only",
+        ],
+        python=export_env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "(sha256:" in proc.stderr
+    # Saved back in the official layout: each shared tensor once, as in the original.
+    check = run_python(
+        export_env,
+        "import sys; from safetensors import safe_open\n"
+        "a, b = (sorted(safe_open(p, 'pt').keys()) for p in sys.argv[1:3]); print(a == b)",
+        str(tmp_path / "out" / "model.safetensors"),
+        str(random_weights / "model.safetensors"),
+    )
+    assert check.strip().splitlines()[-1] == "True"
+
+
+def test_an_alias_that_differs_is_refused_by_name(
+    export_env: Path, random_weights: Path, tmp_path: Path
+) -> None:
+    aliases = _aliased_folder(export_env, random_weights, tmp_path / "w", tamper=True)
+    proc = run_cli(
+        [
+            "export",
+            "--weights",
+            str(tmp_path / "w"),
+            "--save-weights",
+            str(tmp_path / "out"),
+            "--weights-only",
+        ],
+        python=export_env,
+    )
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    print(last)
+    assert last.startswith("da3-edge: error: ")
+    assert f"{aliases[0]} is stored as an alias of " in last and last.endswith("differs from it")
+    assert not (tmp_path / "out" / "model.safetensors").exists()
