@@ -7,12 +7,15 @@ torch-related is imported inside ``main`` so ``da3-edge --help`` stays light.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge.errors import UsageError
 from edge.models import DEFAULT_SHAPES, PRECISIONS, parse_shape, resolve_models_dir
+
+if TYPE_CHECKING:
+    from edge.export.quiet import Console
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,6 +78,13 @@ def parser() -> argparse.ArgumentParser:
         help="skip the ExecuTorch pre/post-processing programs (.pte) for --stages executorch",
     )
     p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show what torch, litert-torch, ExecuTorch and the reference package print "
+        "(by default kept in a log, named only if the export fails)",
+    )
+    p.add_argument(
         "--no-verify",
         action="store_true",
         help="skip running each artifact against the official forward",
@@ -115,29 +125,48 @@ def main(args: Sequence[str] | None = None) -> int:
         raise UsageError("--weights-only needs --save-weights DIR")
     out = resolve_models_dir(ns.out)
 
+    from edge.export.quiet import everything_shown, third_party_output_to_log
+
+    with everything_shown() if ns.verbose else third_party_output_to_log() as console:
+        return _export(ns, shapes, precisions, out, console)
+
+
+def _export(
+    ns: argparse.Namespace,
+    shapes: list[tuple[int, int]],
+    precisions: list[str],
+    out: Path,
+    console: Console,
+) -> int:
     from edge.export import require_export_env
 
     require_export_env()
     from edge.export import convert, weights
 
     if ns.random_init is not None:
-        print(f"weights: random-init:{ns.random_init} (NOT a real model)", file=sys.stderr)
+        console.say(f"weights: random-init:{ns.random_init} (NOT a real model)")
         filled = weights.random_init(ns.random_init)
     else:
         file = Path(ns.weights) if ns.weights else weights.download_weights()
         filled = weights.load_official(file)
-        print(f"weights: {filled.source} ({filled.provenance})", file=sys.stderr)
+        console.say(f"weights: {filled.source} ({filled.provenance})")
     if ns.save_weights:
         target = weights.save_official_layout(
             filled.net, Path(ns.save_weights), random_seed=ns.random_init
         )
-        print(f"saved weights: {target}", file=sys.stderr)
+        console.say(f"saved weights: {target}")
         if ns.weights_only:
             return 0
     result = convert.export(
-        filled, out, shapes, precisions, verify=not ns.no_verify, with_stages=not ns.no_stages
+        filled,
+        out,
+        shapes,
+        precisions,
+        verify=not ns.no_verify,
+        with_stages=not ns.no_stages,
+        progress=console.say,
     )
-    print(
+    console.result(
         f"wrote {len(result.artifacts)} artifacts to {out} in {result.seconds:.0f} s"
         + (" (random-init: not a real model)" if filled.random_init else "")
     )
