@@ -8,12 +8,19 @@ Outputs are *relative* depth (larger = farther, arbitrary scale), never metres.
 from __future__ import annotations
 
 from edge.errors import (
+    CameraError,
+    CameraTimeout,
+    ConfigError,
     EdgeError,
     ExportEnvMissing,
+    ImageError,
+    InputUnreadable,
     ManifestError,
     ModelCorrupt,
     ModelNotFound,
+    OutputError,
     ShapeError,
+    StagesUnavailable,
     UsageError,
     WeightsError,
 )
@@ -21,12 +28,19 @@ from edge.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CameraError",
+    "CameraTimeout",
+    "ConfigError",
     "EdgeError",
     "ExportEnvMissing",
+    "ImageError",
+    "InputUnreadable",
     "ManifestError",
     "ModelCorrupt",
     "ModelNotFound",
+    "OutputError",
     "ShapeError",
+    "StagesUnavailable",
     "UsageError",
     "WeightsError",
     "__version__",

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Sequence
 
 from edge import __version__
-from edge.errors import EdgeError, UsageError
+from edge.errors import EdgeError, UsageError, report
 
 COMMANDS = {
     "snap": ("edge.commands.snap", "depth maps for still images (PNG, npz, preview, JSON)"),
@@ -60,11 +60,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(
-            f"{USAGE}\nda3-edge: error: unknown command {name!r} "
-            f"(choose from {', '.join(COMMANDS)})",
-            file=sys.stderr,
-        )
+        print(USAGE, file=sys.stderr)
+        report(f"unknown command {name!r} (choose from {', '.join(COMMANDS)})")
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest))
@@ -76,12 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         if os.environ.get("DEBUG") == "1":
             traceback.print_exc()
-        print(f"da3-edge: error: {exc}", file=sys.stderr)
+        report(exc)
         return 2
     except EdgeError as exc:
         if os.environ.get("DEBUG") == "1":
             traceback.print_exc()
-        print(f"da3-edge: error: {exc}", file=sys.stderr)
+        report(exc)
         return 1
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return exc.code if isinstance(exc.code, int) else 1

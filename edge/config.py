@@ -16,16 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from edge.errors import EdgeError
+from edge.errors import ConfigError
 from edge.frames import FORMATS
 from edge.models import PRECISIONS
 from edge.stages import BACKENDS
 
 STAGES = tuple(BACKENDS)
-
-
-class ConfigError(EdgeError, ValueError):
-    """A configuration file or value that cannot be used."""
 
 
 @dataclass(frozen=True)

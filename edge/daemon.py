@@ -38,7 +38,7 @@ from typing import Any
 
 from edge import config as config_mod
 from edge.camera import CameraError, Frame, Source, open_source
-from edge.errors import EdgeError
+from edge.errors import ConfigError, EdgeError
 from edge.pipeline import DepthFrame, Job, Pipeline
 from edge.store import FrameStore, default_store_dir
 from edge.systemd import Notifier
@@ -435,7 +435,7 @@ class Daemon:
         try:
             new = config_mod.load(path) if path else self.config
             new = config_mod.with_overrides(new, **self.flag_overrides)
-        except config_mod.ConfigError as exc:
+        except ConfigError as exc:
             log.error("reload: keeping the running config: %s", exc)
             self.notifier.ready(self.status_text())
             return

@@ -1,9 +1,13 @@
 """One root exception; each leaf also inherits the built-in it behaves like.
 
-Library code raises these; only the CLI turns them into one-line messages.
+Every error type of the package lives here (modules that raise them re-export theirs),
+so ``edge.errors`` and ``edge`` name them all. Library code raises these; only the CLI
+turns them into one-line messages, through :func:`report`.
 """
 
 from __future__ import annotations
+
+import sys
 
 
 def first_line(exc: BaseException) -> str:
@@ -55,3 +59,24 @@ class InputUnreadable(EdgeError, OSError):
 
 class OutputError(EdgeError, OSError):
     """An output that cannot be written (no space, read-only, not a directory)."""
+
+
+class ConfigError(EdgeError, ValueError):
+    """A configuration file or value that cannot be used."""
+
+
+class StagesUnavailable(EdgeError, ImportError):
+    """The ExecuTorch runtime is not installed."""
+
+
+class CameraError(EdgeError, OSError):
+    """The camera failed: cannot open, lost, or returned garbage. Reopen and retry."""
+
+
+class CameraTimeout(CameraError, TimeoutError):
+    """No frame within the timeout."""
+
+
+def report(message: object) -> None:
+    """The one-line error every command prints: ``da3-edge: error: MESSAGE``."""
+    print(f"da3-edge: error: {message}", file=sys.stderr)

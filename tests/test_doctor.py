@@ -73,7 +73,7 @@ def test_picamera2_that_fails_to_import(
     assert checks["picamera2"]["status"] == "warn"
     assert "fails to import (ValueError: numpy.dtype size changed" in checks["picamera2"]["detail"]
     monkeypatch.syspath_prepend(str(fake.parent))
-    from edge.camera.base import CameraError
+    from edge.errors import CameraError
     from edge.camera.picamera2 import Picamera2Source
 
     with pytest.raises(CameraError, match=r"fails to import .* numpy<2"):

@@ -14,8 +14,8 @@ one-line error saying what to install.
 
 from __future__ import annotations
 
-from edge.camera.base import CameraError, CameraTimeout, Frame, Source
-from edge.errors import UsageError
+from edge.camera.base import Frame, Source
+from edge.errors import CameraError, CameraTimeout, UsageError
 
 
 def open_source(spec: str, *, width: int = 1280, height: int = 720, timeout: float = 2.0) -> Source:

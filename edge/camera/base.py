@@ -9,15 +9,6 @@ from typing import Protocol, Self
 import numpy as np
 
 from edge.closing import Closing
-from edge.errors import EdgeError
-
-
-class CameraError(EdgeError, OSError):
-    """The camera failed: cannot open, lost, or returned garbage. Reopen and retry."""
-
-
-class CameraTimeout(CameraError, TimeoutError):
-    """No frame within the timeout."""
 
 
 @dataclass(frozen=True)

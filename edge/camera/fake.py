@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge.camera.base import CameraError, CameraTimeout, Frame, SourceBase
-from edge.errors import UsageError
+from edge.camera.base import Frame, SourceBase
+from edge.errors import CameraError, CameraTimeout, UsageError
 
 STEPS = ("ok", "error", "timeout", "hang", "freeze", "openfail", "fps", "end")
 

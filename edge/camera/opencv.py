@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from edge.camera.base import CameraError, Frame, SourceBase
+from edge.camera.base import Frame, SourceBase
+from edge.errors import CameraError
 
 
 class OpenCVSource(SourceBase):

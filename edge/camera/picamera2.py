@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any
 
-from edge.camera.base import CameraError, CameraTimeout, Frame, SourceBase
+from edge.camera.base import Frame, SourceBase
+from edge.errors import CameraError, CameraTimeout
 
 
 class Picamera2Source(SourceBase):

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from edge import images
-from edge.camera.base import CameraError, Frame, SourceBase
-from edge.errors import EdgeError
+from edge.camera.base import Frame, SourceBase
+from edge.errors import CameraError, EdgeError
 
 CACHE_BYTES = 64 * 1024 * 1024
 

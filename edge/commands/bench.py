@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edge.commands import options
+from edge.commands.options import split_list
 from edge.errors import UsageError
 from edge.models import PRECISIONS, Manifest, resolve_models_dir
 
@@ -27,9 +29,7 @@ def parser() -> argparse.ArgumentParser:
         description="Benchmark the pipeline: latency per stage, load and cold start, "
         "peak RSS, for every installed precision, both stage backends and a thread sweep.",
     )
-    p.add_argument(
-        "--models", metavar="DIR", help="model directory (default: $DA3_EDGE_MODELS, else XDG)"
-    )
+    options.add_models(p)
     p.add_argument(
         "--image", metavar="PATH", help="input image (default: a synthetic 1200x1600 JPEG)"
     )
@@ -92,7 +92,9 @@ def main(args: Sequence[str] | None = None) -> int:
     models = resolve_models_dir(ns.models)
     manifest = Manifest.load(models)
     installed = sorted({a.precision for a in manifest.cores()}, key=PRECISIONS.index)
-    precisions = installed if ns.precision is None else [p.strip() for p in ns.precision.split(",")]
+    precisions = (
+        installed if ns.precision is None else split_list(ns.precision, PRECISIONS, "precision")
+    )
     for p in precisions:
         if p not in installed:
             raise UsageError(
@@ -100,10 +102,7 @@ def main(args: Sequence[str] | None = None) -> int:
             )
     cores = platform.cpu_features().cores
     threads = _ints(ns.threads, "--threads") if ns.threads else sorted({1, min(4, cores)})
-    stage_names = [s.strip() for s in ns.stages.split(",") if s.strip()]
-    for s in stage_names:
-        if s not in ("numpy", "executorch"):
-            raise UsageError(f"unknown stages backend {s!r}")
+    stage_names = split_list(ns.stages, options.STAGES, "stages backend")
     if ns.image:
         image = Path(ns.image).read_bytes()
         image_label = ns.image

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from edge.commands import options
 from edge.errors import first_line
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -41,9 +42,7 @@ def parser() -> argparse.ArgumentParser:
         description="Check that this machine can run da3-edge: CPU, LiteRT, models, "
         "cameras, store; exit 1 if something blocks running.",
     )
-    p.add_argument(
-        "--models", metavar="DIR", help="model directory (default: $DA3_EDGE_MODELS, else XDG)"
-    )
+    options.add_models(p)
     p.add_argument(
         "--store", metavar="DIR", help="frame store directory (default: as `da3-edge run`)"
     )
@@ -254,9 +253,9 @@ def main(args: Sequence[str] | None = None) -> int:
     from edge.store import default_store_dir
 
     checks = check_platform()
-    checks.append(check_litert())
-    checks.append(check_executorch())
-    if checks[2].status != FAIL:
+    litert = check_litert()
+    checks += [litert, check_executorch()]
+    if litert.status != FAIL:  # the model check loads one with LiteRT
         checks += check_models(resolve_models_dir(ns.models))
     checks += check_cameras()
     checks.append(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edge.commands.options import split_list
 from edge.errors import UsageError
 from edge.models import DEFAULT_SHAPES, PRECISIONS, parse_shape, resolve_models_dir
 
@@ -103,14 +104,7 @@ def parse_shapes(values: Sequence[str] | None) -> list[tuple[int, int]]:
 
 
 def parse_precisions(value: str) -> list[str]:
-    out = []
-    for item in value.split(","):
-        item = item.strip()
-        if item not in PRECISIONS:
-            raise ValueError(f"unknown precision {item!r} (choose from {', '.join(PRECISIONS)})")
-        if item not in out:
-            out.append(item)
-    return out
+    return split_list(value, PRECISIONS, "precision")
 
 
 def main(args: Sequence[str] | None = None) -> int:
@@ -118,9 +112,9 @@ def main(args: Sequence[str] | None = None) -> int:
     ns = p.parse_args(args)
     try:
         shapes = parse_shapes(ns.shape)
-        precisions = parse_precisions(ns.precision)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    precisions = parse_precisions(ns.precision)
     if ns.weights_only and not ns.save_weights:
         raise UsageError("--weights-only needs --save-weights DIR")
     out = resolve_models_dir(ns.out)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
-from edge.errors import EdgeError
+from edge.commands import options
+from edge.errors import EdgeError, report
 from edge.models import Artifact, Manifest, resolve_models_dir
 
 
@@ -16,11 +16,7 @@ def parser() -> argparse.ArgumentParser:
         description="List the models in a model directory; with --verify, check each "
         "file's size and SHA-256 and load each core model with LiteRT.",
     )
-    p.add_argument(
-        "--models",
-        metavar="DIR",
-        help="model directory (default: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models)",
-    )
+    options.add_models(p)
     p.add_argument("--verify", action="store_true", help="check hashes and load each model")
     return p
 
@@ -59,7 +55,7 @@ def main(args: Sequence[str] | None = None) -> int:
             except EdgeError as exc:
                 failures += 1
                 print(line + "  FAILED", flush=True)
-                print(f"da3-edge: error: {exc}", file=sys.stderr)
+                report(exc)
                 continue
             line += "  ok"
         print(line)

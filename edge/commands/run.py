@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from edge import config as config_mod
-from edge.models import PRECISIONS
+from edge.commands import options
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,13 +37,9 @@ def parser() -> argparse.ArgumentParser:
         "(config camera.source)",
     )
     p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
-    p.add_argument("--models", metavar="DIR", help="model directory (config model.dir)")
-    p.add_argument(
-        "--precision", choices=PRECISIONS, help="core precision (config model.precision)"
-    )
-    p.add_argument(
-        "--stages", choices=config_mod.STAGES, help="stages backend (config model.stages)"
-    )
+    options.add_models(p, config_key="model.dir")
+    options.add_precision(p, config_key="model.precision")
+    options.add_stages(p, config_key="model.stages")
     p.add_argument(
         "--threads",
         type=int,

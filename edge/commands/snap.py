@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge import frames, images
-from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError
-from edge.models import PRECISIONS
+from edge.commands import options
+from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError, report
 
 
 def parser() -> argparse.ArgumentParser:
@@ -42,23 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-o", "--out", default=".", metavar="OUTDIR", help="output directory (default: .)"
     )
-    p.add_argument(
-        "--models",
-        metavar="DIR",
-        help="model directory (default: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models)",
-    )
-    p.add_argument(
-        "--precision",
-        default="fp16",
-        choices=PRECISIONS,
-        help="core model precision (default: fp16)",
-    )
-    p.add_argument(
-        "--stages",
-        default=None,
-        choices=("numpy", "executorch"),
-        help="pre/post-processing backend (default: $DA3_EDGE_STAGES, else numpy)",
-    )
+    options.add_models(p)
+    options.add_precision(p, default="fp16")
+    options.add_stages(p, default="$DA3_EDGE_STAGES, else numpy")
     p.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads for the core (default: cores, max 4)"
     )
@@ -199,7 +185,7 @@ def main(args: Sequence[str] | None = None) -> int:
         for index, item in enumerate(items, 1):
             if isinstance(item, EdgeError):
                 failures += 1
-                print(f"da3-edge: error: {item}", file=sys.stderr)
+                report(item)
                 continue
             start = time.perf_counter()
             try:
@@ -215,7 +201,7 @@ def main(args: Sequence[str] | None = None) -> int:
                     ) from None
             except EdgeError as exc:
                 failures += 1
-                print(f"da3-edge: error: {exc}", file=sys.stderr)
+                report(exc)
                 continue
             written += 1
             if say_progress:

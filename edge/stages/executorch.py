@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edge.errors import EdgeError, ModelCorrupt
+from edge.errors import EdgeError, ModelCorrupt, StagesUnavailable
 from edge.models import Artifact, Manifest
 from edge.native import captured_stderr
 
@@ -33,10 +33,6 @@ INSTALL_HINT = (
     "torch==2.13.0, ~1.1 GB; the export environment has it: .venv-export/bin/da3-edge), "
     "or use --stages numpy"
 )
-
-
-class StagesUnavailable(EdgeError, ImportError):
-    """The ExecuTorch runtime is not installed."""
 
 
 def _import_runtime() -> tuple[Any, Any, float]:

@@ -1,0 +1,65 @@
+"""Options several commands share, declared once: the same flag, words and checks.
+
+Each ``add_*`` takes where the default comes from: a command with a config file (`run`)
+names the config key the flag overrides; the others say their own default.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from edge.errors import UsageError
+from edge.models import PRECISIONS
+from edge.stages import BACKENDS
+
+STAGES = tuple(BACKENDS)
+MODELS_DEFAULT = "$DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models"
+
+
+def _source(default: str, config_key: str | None) -> str:
+    return f"config {config_key}" if config_key else f"default: {default}"
+
+
+def add_models(p: argparse.ArgumentParser, *, config_key: str | None = None) -> None:
+    p.add_argument(
+        "--models",
+        metavar="DIR",
+        help=f"model directory ({_source(MODELS_DEFAULT, config_key)})",
+    )
+
+
+def add_precision(
+    p: argparse.ArgumentParser, *, default: str | None = None, config_key: str | None = None
+) -> None:
+    p.add_argument(
+        "--precision",
+        default=default,
+        choices=PRECISIONS,
+        help=f"core model precision ({_source(str(default), config_key)})",
+    )
+
+
+def add_stages(
+    p: argparse.ArgumentParser, *, default: str | None = None, config_key: str | None = None
+) -> None:
+    p.add_argument(
+        "--stages",
+        default=None,
+        choices=STAGES,
+        help=f"pre/post-processing backend ({_source(str(default), config_key)})",
+    )
+
+
+def split_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
+    """A comma-separated flag value, each item checked against ``allowed``, in order,
+    without repeats; UsageError naming the bad item."""
+    items: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        if item not in allowed:
+            raise UsageError(f"unknown {what} {item!r} (choose from {', '.join(allowed)})")
+        if item not in items:
+            items.append(item)
+    return items
