@@ -10,8 +10,8 @@ package's INFO logger on stdout. None of it is for the user of `da3-edge export`
 the export, so everything written there, by Python or by C++, lands in the log. The
 kit's own lines go to the terminal through :data:`console` (a duplicate of the original
 stderr) and the result line through ``console_out``; Python warnings raised from the
-kit's own code still reach the terminal. On success the log is deleted; on failure it is
-kept and named. ``--verbose`` skips all of this.
+kit's own code still reach the terminal. On success (or when nothing was written) the
+log is deleted; on failure it is kept and named. ``--verbose`` skips all of this.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def third_party_output_to_log() -> Iterator[Console]:
         for target, original in saved.items():
             os.dup2(original, target)
             os.close(original)
-        if ok:
+        if ok or log.stat().st_size == 0:
             log.unlink(missing_ok=True)
         else:
             print(
