@@ -73,8 +73,8 @@ def test_picamera2_that_fails_to_import(
     assert checks["picamera2"]["status"] == "warn"
     assert "fails to import (ValueError: numpy.dtype size changed" in checks["picamera2"]["detail"]
     monkeypatch.syspath_prepend(str(fake.parent))
-    from edge.errors import CameraError
     from edge.camera.picamera2 import Picamera2Source
+    from edge.errors import CameraError
 
     with pytest.raises(CameraError, match=r"fails to import .* numpy<2"):
         Picamera2Source().open()

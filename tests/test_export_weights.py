@@ -69,23 +69,21 @@ def _aliased_folder(
     return line.split()[1:]
 
 
+def _export_weights_only(
+    export_env: Path, weights: Path, out: Path
+) -> subprocess.CompletedProcess[str]:
+    """`da3-edge export --weights W --save-weights OUT --weights-only`: load and save."""
+    args = ["--weights", str(weights), "--save-weights", str(out), "--weights-only"]
+    return run_cli(["export", *args], python=export_env)
+
+
 def test_every_alias_stored_is_accepted(
     export_env: Path, random_weights: Path, tmp_path: Path
 ) -> None:
     aliases = _aliased_folder(export_env, random_weights, tmp_path / "w", tamper=False)
     print(f"{len(aliases)} aliases stored as tensors of their own: {aliases}")
     assert aliases  # the network shares tensors, so the file really has extra keys
-    proc = run_cli(
-        [
-            "export",
-            "--weights",
-            str(tmp_path / "w"),
-            "--save-weights",
-            str(tmp_path / "out"),
-            "--weights-only",
-        ],
-        python=export_env,
-    )
+    proc = _export_weights_only(export_env, tmp_path / "w", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert "(sha256:" in proc.stderr
     # Saved back in the official layout: each shared tensor once, as in the original.
@@ -103,17 +101,7 @@ def test_an_alias_that_differs_is_refused_by_name(
     export_env: Path, random_weights: Path, tmp_path: Path
 ) -> None:
     aliases = _aliased_folder(export_env, random_weights, tmp_path / "w", tamper=True)
-    proc = run_cli(
-        [
-            "export",
-            "--weights",
-            str(tmp_path / "w"),
-            "--save-weights",
-            str(tmp_path / "out"),
-            "--weights-only",
-        ],
-        python=export_env,
-    )
+    proc = _export_weights_only(export_env, tmp_path / "w", tmp_path / "out")
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     print(last)

@@ -32,23 +32,27 @@ def add_models(p: argparse.ArgumentParser, *, config_key: str | None = None) -> 
 def add_precision(
     p: argparse.ArgumentParser, *, default: str | None = None, config_key: str | None = None
 ) -> None:
-    p.add_argument(
-        "--precision",
-        default=default,
-        choices=PRECISIONS,
-        help=f"core model precision ({_source(str(default), config_key)})",
-    )
+    _add_choice(p, "--precision", PRECISIONS, "core model precision", default, config_key)
 
 
 def add_stages(
     p: argparse.ArgumentParser, *, default: str | None = None, config_key: str | None = None
 ) -> None:
-    p.add_argument(
-        "--stages",
-        default=None,
-        choices=STAGES,
-        help=f"pre/post-processing backend ({_source(str(default), config_key)})",
-    )
+    """``default`` only describes where the backend comes from (stages.select decides)."""
+    _add_choice(p, "--stages", STAGES, "pre/post-processing backend", None, config_key, default)
+
+
+def _add_choice(
+    p: argparse.ArgumentParser,
+    flag: str,
+    choices: Sequence[str],
+    what: str,
+    default: str | None,
+    config_key: str | None,
+    described: str | None = None,
+) -> None:
+    source = _source(str(described or default), config_key)
+    p.add_argument(flag, default=default, choices=choices, help=f"{what} ({source})")
 
 
 def split_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
