@@ -12,7 +12,7 @@
 #            from Debian's packages (mmdebstrap; a tarball kept per machine in
 #            $DA3_EDGE_ROOTFS_CACHE, default ~/.cache/da3-edge/rootfs), the
 #            locked runtime + test wheels for aarch64 (uv --python-platform), da3-edge.
-#   tests    the runtime test subset (RUNTIME_TESTS below) on cortex-a76, strict.
+#   tests    the tests marked arm (see arm_test_files below) on cortex-a76, strict.
 #   snap     `da3-edge snap` on real photos, fp32/fp16/int8, on x86_64 and cortex-a76;
 #            the fp16 proof (the same fp16 artifact with the fp16 policy on and off);
 #            cortex-a72 (Pi 4): fp16 policy off, and LiteRT's SIGILL there (no LSE
@@ -39,15 +39,12 @@ ROOT=$LANE/root
 OUT=$LANE/out
 export UV_PYTHON_DOWNLOADS=never
 
-# The runtime tests that run on aarch64: everything that needs no export environment
-# (torch) and no host tool absent from the lane's root filesystem (systemd-analyze),
-# minus the daemon's timing-based tests (their deadlines assume native speed) and
-# test_pipeline.py (~4 min emulated; the snap step runs the whole pipeline on the A76).
-RUNTIME_TESTS=(
-    tests/test_platform.py tests/test_config.py tests/test_images.py tests/test_store.py
-    tests/test_models.py tests/test_core.py tests/test_coreproc.py tests/test_frames.py
-    tests/test_doctor.py tests/test_systemd.py tests/test_resample.py
-)
+# The tests that run on aarch64 are those marked `arm` (pytest -m arm), in the files that
+# have any: the tests whose result can differ on Arm (native code, CPU-dependent
+# behaviour). Pure-Python logic runs on x86_64 only. The rule, and each test file's lane
+# and why, are in docs/arm.md ("Which tests run emulated"); tests/test_arm_lane.py keeps
+# the table and the markers in step.
+arm_test_files() { grep -lE 'pytest\.mark\.arm\b' tests/test_*.py; }
 
 timed() {
     local name=$1; shift
@@ -139,9 +136,11 @@ enter_python_version() {
 }
 
 run_tests() {
+    local files
+    mapfile -t files < <(arm_test_files)
     # No --durations: emulated times mean nothing.
-    a76 DA3_EDGE_STRICT_TESTS=1 -- python3 -m pytest -p no:cacheprovider -q -rfE \
-        "${RUNTIME_TESTS[@]/#/$REPO/}"
+    a76 DA3_EDGE_STRICT_TESTS=1 -- python3 -m pytest -p no:cacheprovider -q -rfE -m arm \
+        "${files[@]/#/$REPO/}"
 }
 
 run_snap() {

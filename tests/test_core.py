@@ -24,6 +24,7 @@ def fp16_path(small_models: Path) -> Path:
     return manifest.verify(manifest.find(SMALL_SHAPE, "fp16"))
 
 
+@pytest.mark.arm
 def test_runs_and_depends_on_the_input(fp16_path: Path) -> None:
     with Core(fp16_path, threads=2) as core:
         assert core.shape == SMALL_SHAPE
@@ -39,12 +40,14 @@ def test_runs_and_depends_on_the_input(fp16_path: Path) -> None:
     np.testing.assert_array_equal(a[0], again[0])
 
 
+@pytest.mark.arm
 def test_thread_counts_agree(fp16_path: Path) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
     with Core(fp16_path, threads=1) as one, Core(fp16_path, threads=2) as two:
         np.testing.assert_allclose(one.run(x)[0], two.run(x)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.arm
 def test_weight_cache_gives_the_same_answer(fp16_path: Path, tmp_path: Path) -> None:
     x = normalised_photo("coffee.png", SMALL_SHAPE)
     # fp32 arithmetic: LiteRT crashes on a weight cache with fp16 arithmetic (below).
@@ -59,6 +62,7 @@ def test_weight_cache_gives_the_same_answer(fp16_path: Path, tmp_path: Path) -> 
     assert files[0].stat().st_size > 10_000_000  # the packed weights
 
 
+@pytest.mark.arm
 def test_weight_cache_is_not_used_with_fp16_arithmetic(fp16_path: Path, tmp_path: Path) -> None:
     x = normalised_photo("coffee.png", SMALL_SHAPE)
     with Core(fp16_path, threads=2, fp16_arithmetic=True) as plain:
@@ -80,6 +84,7 @@ print("loaded")
 """
 
 
+@pytest.mark.arm
 def test_litert_still_crashes_on_weight_cache_with_fp16(fp16_path: Path, tmp_path: Path) -> None:
     """Why Core drops the weight cache under fp16 arithmetic. When this fails, a LiteRT
     release has fixed it: let Core use the cache again, and delete this canary."""
@@ -94,6 +99,7 @@ def test_litert_still_crashes_on_weight_cache_with_fp16(fp16_path: Path, tmp_pat
     assert "invalid pack identifier" in proc.stderr
 
 
+@pytest.mark.arm
 def test_int8_never_gets_fp16_arithmetic(
     small_models: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,6 +130,7 @@ def _resident_kib(path: Path) -> int:
     return total
 
 
+@pytest.mark.arm
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and smaps: Linux")
 def test_model_file_pages_are_released_after_open(fp16_path: Path) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
@@ -144,6 +151,7 @@ def test_model_file_pages_are_released_after_open(fp16_path: Path) -> None:
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.arm
 def test_wrong_input_is_refused(fp16_path: Path) -> None:
     with Core(fp16_path, threads=1) as core:
         with pytest.raises(ShapeError, match="does not match"):
@@ -154,6 +162,7 @@ def test_wrong_input_is_refused(fp16_path: Path) -> None:
         core.run(np.zeros((1, 3, *SMALL_SHAPE), np.float32))
 
 
+@pytest.mark.arm
 def test_missing_and_corrupt_files(tmp_path: Path, fp16_path: Path) -> None:
     with pytest.raises(ModelNotFound):
         Core(tmp_path / "nope.tflite")

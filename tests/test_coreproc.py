@@ -25,6 +25,7 @@ def fp16_path(small_models: Path) -> Path:
     return manifest.verify(manifest.find(SMALL_SHAPE, "fp16"))
 
 
+@pytest.mark.arm  # the rest is process plumbing in Python: x86_64 (docs/arm.md)
 def test_same_answer_as_in_process(fp16_path: Path) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
     with Core(fp16_path, threads=2, precision="fp16") as here:

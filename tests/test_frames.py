@@ -10,6 +10,8 @@ from PIL import Image
 
 from edge import frames
 
+pytestmark = pytest.mark.arm  # runs on the emulated Cortex-A76 too (docs/arm.md)
+
 
 def _smooth(shape: tuple[int, ...], dtype: type, top: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)

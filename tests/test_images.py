@@ -13,6 +13,8 @@ from edge.errors import ImageError, InputUnreadable
 
 from .conftest import photo_path
 
+pytestmark = pytest.mark.arm  # runs on the emulated Cortex-A76 too (docs/arm.md)
+
 
 def test_exif_orientation_is_applied(photos: Path) -> None:
     still = images.load(photos / "good" / "exif-rotated.jpg")

@@ -6,6 +6,8 @@ import pytest
 
 from edge import platform
 
+pytestmark = pytest.mark.arm  # runs on the emulated Cortex-A76 too (docs/arm.md)
+
 PI5 = """processor\t: 0
 BogoMIPS\t: 108.00
 Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp

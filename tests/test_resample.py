@@ -11,6 +11,8 @@ import pytest
 
 from edge import resample
 
+pytestmark = pytest.mark.arm  # runs on the emulated Cortex-A76 too (docs/arm.md)
+
 
 def _area_mean(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """INTER_AREA by definition, in exact integers: cut every input pixel into out_len

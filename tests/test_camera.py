@@ -1,0 +1,120 @@
+"""Camera specs (`--source`) and the fake camera's fault-script language, the words the
+operator, the demos, the daemon tests and the systemd container all use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from edge.camera import open_source
+from edge.camera.fake import FakeCamera, Step, parse_script
+from edge.camera.replay import ReplaySource
+from edge.errors import CameraError, CameraTimeout, UsageError
+
+
+def test_script_steps_with_counts_and_values() -> None:
+    assert parse_script("ok*20, error*3,timeout,hang:60,freeze*2,openfail*4,fps:2.5,end") == [
+        Step("ok", 20),
+        Step("error", 3),
+        Step("timeout", 1),
+        Step("hang", 1, 60.0),
+        Step("freeze", 2),
+        Step("openfail", 4),
+        Step("fps", 1, 2.5),
+        Step("end", 1),
+    ]
+    assert parse_script("") == []
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("explode", "unknown step"),
+        ("ok*x", "'x' is not a count"),
+        ("ok*0", "count must be at least 1"),
+        ("hang", "needs a number, e.g. hang:5"),
+        ("fps:0", "must be positive"),
+        ("error:3", "takes no ':' argument"),
+    ],
+)
+def test_bad_script_steps_are_named(script: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message) as caught:
+        parse_script(script)
+    assert repr(script) in str(caught.value)
+
+
+def test_the_fake_plays_its_script_then_good_frames() -> None:
+    with FakeCamera("ok*2,error,freeze,timeout", width=8, height=6, fps=1000) as cam:
+        a, b = cam.read(1.0), cam.read(1.0)
+        assert a.rgb.shape == (6, 8, 3) and a.rgb.dtype == np.uint8
+        assert (a.seq, b.seq) == (0, 1) and not np.array_equal(a.rgb, b.rgb)
+        with pytest.raises(CameraError, match="scripted"):
+            cam.read(1.0)
+        frozen = cam.read(1.0)
+        assert frozen is b  # same pixels, same timestamps: a frozen sensor
+        with pytest.raises(CameraTimeout):
+            cam.read(0.01)
+        assert cam.read(1.0).seq == 2  # then good frames for ever
+
+
+def test_openfail_fails_opens_and_end_is_for_good() -> None:
+    cam = FakeCamera("openfail*2,ok,end", fps=1000)
+    for _ in range(2):
+        with pytest.raises(CameraError, match="open failed"):
+            cam.open()
+    cam.open()
+    assert cam.opens == 3
+    cam.read(1.0)
+    for _ in range(3):
+        with pytest.raises(CameraError, match="gone"):
+            cam.read(1.0)
+    cam.close()
+
+
+def test_fps_paces_reads() -> None:
+    import time
+
+    with FakeCamera("fps:50", fps=1000) as cam:
+        start = time.monotonic()
+        for _ in range(6):
+            cam.read(1.0)
+        assert time.monotonic() - start >= 5 / 50 * 0.9
+
+
+def test_specs_open_the_named_source(tmp_path: Path) -> None:
+    assert isinstance(open_source("fake:ok*2", width=16, height=8), FakeCamera)
+    replay = open_source(f"replay:{tmp_path}@2.5:once")
+    assert isinstance(replay, ReplaySource)
+    assert (replay.path, replay.fps, replay.loop) == (tmp_path, 2.5, False)
+    assert open_source(f"replay:{tmp_path}").fps == 5.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("webcam", "unknown source 'webcam'"),
+        ("replay:", "replay needs a path"),
+        ("replay:/x@fast", "replay fps 'fast' is not a number"),
+        ("replay:/x@0", "replay fps must be positive"),
+        ("opencv:front", "opencv camera index 'front' is not a number"),
+        ("fake:ok*0", "count must be at least 1"),
+    ],
+)
+def test_bad_specs_are_usage_errors(spec: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        open_source(spec)
+
+
+def test_replay_plays_a_directory_in_name_order_and_ends_once(tmp_path: Path) -> None:
+    for name, value in (("b.png", 200), ("a.png", 100)):
+        Image.new("RGB", (4, 3), (value, 0, 0)).save(tmp_path / name)
+    with open_source(f"replay:{tmp_path}@1000:once") as cam:
+        first, second = cam.read(1.0), cam.read(1.0)
+        assert (first.rgb[0, 0, 0], second.rgb[0, 0, 0]) == (100, 200)
+        with pytest.raises(CameraError, match="end of images"):
+            cam.read(1.0)
+    with pytest.raises(CameraError, match="does not exist"):
+        ReplaySource(tmp_path / "missing").open()
