@@ -1,7 +1,7 @@
 """One root exception; each leaf also inherits the built-in it behaves like.
 
-Every error type of the package lives here (modules that raise them re-export theirs),
-so ``edge.errors`` and ``edge`` name them all. Library code raises these; only the CLI
+Every error type of the package lives here, so ``edge.errors`` and ``edge`` name them
+all (tests/test_errors.py checks). Library code raises these; only the CLI
 turns them into one-line messages, through :func:`report`.
 """
 

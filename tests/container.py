@@ -1,9 +1,10 @@
 """A real systemd, in a Debian bookworm container, for the unit's end-to-end test.
 
 The root filesystem comes from Debian's packages with mmdebstrap (a tarball kept per
-machine under $DA3_EDGE_ROOTFS_CACHE, default ~/.cache/da3-edge/rootfs; ~20 s to build); each run extracts a fresh copy, installs
-da3-edge into it (wheels for the container's Python 3.11, from the project's lock),
-the unmodified unit, a config and a small model, and boots it with systemd-nspawn.
+machine under $DA3_EDGE_ROOTFS_CACHE, default ~/.cache/da3-edge/rootfs; ~20 s to
+build); each run extracts a fresh copy, installs da3-edge into it (wheels for the
+container's Python 3.11, from the project's lock), the unmodified unit, a config and a
+small model, and boots it with systemd-nspawn.
 Commands run inside through nsenter (machinectl needs a host systemd, and there is
 none here). What nspawn leaves on the host (its cgroups, /run/systemd/nspawn) is
 cleaned up after.

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from edge.commands import options
-from edge.commands.options import split_list
 from edge.errors import UsageError
 from edge.models import PRECISIONS, Manifest, resolve_models_dir
 
@@ -92,9 +91,9 @@ def main(args: Sequence[str] | None = None) -> int:
     models = resolve_models_dir(ns.models)
     manifest = Manifest.load(models)
     installed = sorted({a.precision for a in manifest.cores()}, key=PRECISIONS.index)
-    precisions = (
-        installed if ns.precision is None else split_list(ns.precision, PRECISIONS, "precision")
-    )
+    precisions = installed
+    if ns.precision is not None:
+        precisions = options.split_list(ns.precision, PRECISIONS, "precision")
     for p in precisions:
         if p not in installed:
             raise UsageError(
@@ -102,7 +101,7 @@ def main(args: Sequence[str] | None = None) -> int:
             )
     cores = platform.cpu_features().cores
     threads = _ints(ns.threads, "--threads") if ns.threads else sorted({1, min(4, cores)})
-    stage_names = split_list(ns.stages, options.STAGES, "stages backend")
+    stage_names = options.split_list(ns.stages, options.STAGES, "stages backend")
     if ns.image:
         image = Path(ns.image).read_bytes()
         image_label = ns.image

@@ -103,10 +103,6 @@ def parse_shapes(values: Sequence[str] | None) -> list[tuple[int, int]]:
     return shapes
 
 
-def parse_precisions(value: str) -> list[str]:
-    return split_list(value, PRECISIONS, "precision")
-
-
 def main(args: Sequence[str] | None = None) -> int:
     p = parser()
     ns = p.parse_args(args)
@@ -114,7 +110,7 @@ def main(args: Sequence[str] | None = None) -> int:
         shapes = parse_shapes(ns.shape)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    precisions = parse_precisions(ns.precision)
+    precisions = split_list(ns.precision, PRECISIONS, "precision")
     if ns.weights_only and not ns.save_weights:
         raise UsageError("--weights-only needs --save-weights DIR")
     out = resolve_models_dir(ns.out)

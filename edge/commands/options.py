@@ -56,12 +56,11 @@ def _add_choice(
 
 
 def split_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
-    """A comma-separated flag value, each item checked against ``allowed``, in order,
-    without repeats; UsageError naming the bad item."""
+    """A comma-separated flag value, each item checked against ``allowed`` (an empty
+    item too: ``--precision ''`` must not mean none), in order, without repeats;
+    UsageError naming the bad item."""
     items: list[str] = []
     for item in (part.strip() for part in value.split(",")):
-        if not item:
-            continue
         if item not in allowed:
             raise UsageError(f"unknown {what} {item!r} (choose from {', '.join(allowed)})")
         if item not in items:

@@ -8,10 +8,11 @@ package's INFO logger on stdout. None of it is for the user of `da3-edge export`
 
 :func:`third_party_output_to_log` points descriptors 1 and 2 at a log file for the length of
 the export, so everything written there, by Python or by C++, lands in the log. The
-kit's own lines go to the terminal through :data:`console` (a duplicate of the original
-stderr) and the result line through ``console_out``; Python warnings raised from the
-kit's own code still reach the terminal. On success (or when nothing was written) the
-log is deleted; on failure it is kept and named. ``--verbose`` skips all of this.
+kit's own lines reach the terminal through the :class:`Console` it yields (duplicates of
+the original descriptors: ``say`` for progress on stderr, ``result`` for stdout); Python
+warnings raised from the kit's own code still reach the terminal. On success (or when
+nothing was written) the log is deleted; on failure it is kept and named. ``--verbose``
+skips all of this.
 """
 
 from __future__ import annotations
