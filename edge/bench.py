@@ -105,11 +105,11 @@ def run_pipeline(
 ) -> RunResult:
     """Warm-up, then ``iterations`` full passes: decode, preprocess, core,
     postprocess, write (render + write all formats into a temporary directory)."""
-    from edge.pipeline import Pipeline
+    from edge.pipeline import Pipeline, PipelineSpec
 
     t0 = time.perf_counter()
     try:
-        pipe = Pipeline.load(models, precision=precision, stages=stages, threads=threads)
+        pipe = Pipeline.load(PipelineSpec(models, precision, stages, threads))
         still = images.load(image, name="bench")
         pipe.core(pipe.choose(still.size)[1])  # open (and hash-check) the model
     except EdgeError as exc:

@@ -5,6 +5,10 @@ confidence, each (h, w) float32. It owns one ``CompiledModel`` and its buffers, 
 context manager, and raises typed errors: ``ModelNotFound`` for a missing file,
 ``ModelCorrupt`` for a file LiteRT cannot load, ``ShapeError`` for a wrong input.
 
+``CoreSpec`` is the one description of a core (what ``Core`` opens, and all that a
+worker process receives); ``CoreLike`` is the interface that ``Core``,
+``edge.coreproc.ProcessCore`` and ``edge.fakecore.FakeCore`` share.
+
 ``ai_edge_litert`` is imported when a Core is opened, not when this module is.
 """
 
@@ -13,8 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -50,29 +55,98 @@ def check_input(image: np.ndarray, input_shape: tuple[int, int, int, int]) -> No
         raise ShapeError(f"input dtype {image.dtype} is not float32")
 
 
-class Core(Closing):
-    """A loaded LiteRT depth model with fixed input shape."""
+@dataclass(frozen=True)
+class CoreSpec:
+    """How to open one core. Frozen: a core, its worker process and a status report
+    all see the same description."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        threads: int | None = None,
-        fp16_arithmetic: bool | None = None,
-        weight_cache: str | os.PathLike[str] | None = None,
-        release_file_pages: bool = True,
-        precision: str | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self.release_file_pages = release_file_pages
+    path: Path
+    threads: int | None = None  # None: platform.default_threads()
+    fp16_arithmetic: bool | None = None  # None: the policy for ``precision`` (platform)
+    weight_cache: Path | None = None  # XNNPACK packed-weight cache directory
+    precision: str | None = None  # the model's (fp32/fp16/int8), from the manifest
+    shape: tuple[int, int] | None = None  # (h, w) the manifest promises; checked at open
+    release_file_pages: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+        cache = self.weight_cache
+        object.__setattr__(self, "weight_cache", Path(cache) if cache else None)
+        if self.shape is not None:
+            object.__setattr__(self, "shape", (int(self.shape[0]), int(self.shape[1])))
+
+    @classmethod
+    def of(cls, spec: CoreSpec | str | os.PathLike[str], **options: Any) -> CoreSpec:
+        """``spec`` itself, or a spec for the model file ``spec`` with ``options``."""
+        if isinstance(spec, CoreSpec):
+            if options:
+                raise TypeError("options go into the CoreSpec, not beside it")
+            return spec
+        return cls(Path(spec), **options)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["weight_cache"] = str(self.weight_cache) if self.weight_cache else None
+        data["shape"] = list(self.shape) if self.shape else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CoreSpec:
+        shape = data.get("shape")
+        return cls(**{**data, "shape": tuple(shape) if shape else None})
+
+
+class CoreLike(Protocol):
+    """What the pipeline needs from a core. ``run`` = ``submit`` + ``collect``; a
+    core computing in another process returns from ``submit`` at once."""
+
+    spec: CoreSpec
+    input_shape: tuple[int, int, int, int]
+    threads: int
+    fp16_arithmetic: bool
+    last_ms: float  # the last image's time in the core itself
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def submit(self, image: np.ndarray) -> None: ...
+
+    def collect(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+def check_spec_shape(spec: CoreSpec, input_shape: tuple[int, ...]) -> None:
+    """``ModelCorrupt`` when a model's input is not the shape its manifest promises."""
+    if spec.shape is not None and tuple(input_shape[2:]) != spec.shape:
+        h, w = spec.shape
+        raise ModelCorrupt(
+            f"{spec.path}: takes {input_shape[2]}x{input_shape[3]}, the manifest says {h}x{w}"
+        )
+
+
+class Core(Closing):
+    """A loaded LiteRT depth model with fixed input shape.
+
+    ``Core(spec)``, or ``Core(path, **options)`` with ``CoreSpec``'s fields."""
+
+    def __init__(self, spec: CoreSpec | str | os.PathLike[str], **options: Any) -> None:
+        self.spec = spec = CoreSpec.of(spec, **options)
+        self.path = spec.path
+        self.release_file_pages = spec.release_file_pages
         self.released_bytes = 0
         if not self.path.is_file():
             raise ModelNotFound(f"{self.path}: no such model file")
-        self.threads = threads if threads else platform.default_threads()
+        self.threads = spec.threads if spec.threads else platform.default_threads()
         # The model's precision (fp32/fp16/int8) decides the fp16 default: see
         # platform.fp16_arithmetic.
-        self.fp16_arithmetic = platform.fp16_arithmetic(fp16_arithmetic, precision=precision)
-        self.weight_cache = Path(weight_cache) if weight_cache else None
+        self.fp16_arithmetic = platform.fp16_arithmetic(
+            spec.fp16_arithmetic, precision=spec.precision
+        )
+        self.weight_cache = spec.weight_cache
         if self.weight_cache is not None and self.fp16_arithmetic:
             # LiteRT 2.3.0's XNNPACK aborts the whole process (SIGABRT, "An invalid pack
             # identifier was created") when a weight cache meets FORCE_FP16: seen on
@@ -148,6 +222,13 @@ class Core(Closing):
         if len(shape) != 4 or shape[:2] != (1, 3):
             raise ModelCorrupt(f"{self.path}: input shape {shape} is not (1, 3, H, W)")
         self.input_shape: tuple[int, int, int, int] = (shape[0], shape[1], shape[2], shape[3])
+        try:
+            check_spec_shape(self.spec, shape)
+        except ModelCorrupt:
+            with _native_stderr([]):
+                model.close()
+                environment.close()
+            raise
         self._model = model
         self._inputs = model.create_input_buffers(self._sig_index)
         self._outputs = model.create_output_buffers(self._sig_index)

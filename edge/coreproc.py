@@ -6,16 +6,17 @@ writer thread, which needs the GIL to render and write a frame: with the core in
 daemon's own process, writing one 1200x1600 frame took ~1.5 s instead of ~0.2 s, and
 all but one in six inferences were computed only to be dropped.
 
-``ProcessCore`` has ``Core``'s interface and runs a ``Core`` in a child interpreter
-(``python -m edge.coreproc``). Images and answers go through one shared memory block
-(a memfd, or an unlinked temporary file where there is none, e.g. macOS; the child
-sizes it once the model is loaded): the parent copies the normalised image in, the
-child copies depth and confidence back. The pipes carry only small messages. (Through
-the pipes themselves, 3.8 MB a frame took ~60 round trips through 64 KB pipe buffers,
-each needing the GIL: the core then sat idle for a few ms a frame while the writer
-thread held it.) While the parent waits it holds no GIL, so capture and writing go
-on. ``run`` comes in two halves, ``submit`` (returns at once) and ``collect`` (waits
-for the answer), so the daemon can pre- and postprocess other frames meanwhile.
+``ProcessCore`` has ``Core``'s interface (``CoreLike``) and runs a ``Core`` in a child
+interpreter (``python -m edge.coreproc``), which receives the ``CoreSpec`` as JSON.
+Images and answers go through one shared memory block (a memfd, or an unlinked temporary
+file where there is none, e.g. macOS; the child sizes it once the model is loaded): the
+parent copies the normalised image in, the child copies depth and confidence back. The
+pipes carry only small messages. (Through the pipes themselves, 3.8 MB a frame took ~60
+round trips through 64 KB pipe buffers, each needing the GIL: the core then sat idle for
+a few ms a frame while the writer thread held it.) While the parent waits it holds no
+GIL, so capture and writing go on. ``run`` comes in two halves, ``submit`` (returns at
+once) and ``collect`` (waits for the answer), so the daemon can pre- and postprocess
+other frames meanwhile.
 
 The child exits when its stdin closes (the parent closed it, or died); a child that
 dies is restarted at the next frame. Native log lines go to the shared stderr, as
@@ -33,14 +34,13 @@ import signal
 import struct
 import subprocess
 import sys
-from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import numpy as np
 
 from edge import errors
 from edge.closing import Closing
-from edge.core import Core, check_input
+from edge.core import Core, CoreSpec, check_input
 from edge.errors import EdgeError
 
 log = logging.getLogger(__name__)
@@ -55,23 +55,9 @@ _ERRORS = {"ModelNotFound": errors.ModelNotFound, "ModelCorrupt": errors.ModelCo
 class ProcessCore(Closing):
     """A ``Core`` run by a worker process: same constructor arguments, same ``run``."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        threads: int | None = None,
-        fp16_arithmetic: bool | None = None,
-        weight_cache: str | os.PathLike[str] | None = None,
-        precision: str | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self._spec = {
-            "path": str(self.path),
-            "threads": threads,
-            "fp16_arithmetic": fp16_arithmetic,
-            "weight_cache": str(weight_cache) if weight_cache else None,
-            "precision": precision,
-        }
+    def __init__(self, spec: CoreSpec | str | os.PathLike[str], **options: Any) -> None:
+        self.spec = CoreSpec.of(spec, **options)
+        self.path = self.spec.path
         self._proc: subprocess.Popen[bytes] | None = None
         self._shared: _Shared | None = None
         self._closed = False
@@ -91,7 +77,8 @@ class ProcessCore(Closing):
             )
             assert proc.stdin is not None and proc.stdout is not None
             try:
-                proc.stdin.write(json.dumps({**self._spec, "shared_fd": fd}).encode() + b"\n")
+                message = {"spec": self.spec.to_json(), "shared_fd": fd}
+                proc.stdin.write(json.dumps(message).encode() + b"\n")
                 proc.stdin.flush()
                 line = proc.stdout.readline()
             except OSError:
@@ -258,28 +245,22 @@ def _serve() -> int:
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin = sys.stdin.buffer
-    spec: dict[str, Any] = json.loads(stdin.readline())
-
+    message: dict[str, Any] = json.loads(stdin.readline())
+    shared_fd: int = message["shared_fd"]
     try:
-        core = Core(
-            spec["path"],
-            threads=spec["threads"],
-            fp16_arithmetic=spec["fp16_arithmetic"],
-            weight_cache=spec["weight_cache"],
-            precision=spec["precision"],
-        )
+        core = Core(CoreSpec.from_json(message["spec"]))
     except EdgeError as exc:
         _send_line(out, {"error": str(exc), "type": type(exc).__name__})
         return 1
     try:
-        shared = _Shared(spec["shared_fd"], core.input_shape)
+        shared = _Shared(shared_fd, core.input_shape)
     except (OSError, ValueError) as exc:
         core.close()
         _send_line(
             out, {"error": f"cannot share memory with the parent ({exc})", "type": "EdgeError"}
         )
         return 1
-    os.close(spec["shared_fd"])
+    os.close(shared_fd)
     _send_line(
         out,
         {

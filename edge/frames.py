@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from edge import __version__, atomic
-from edge.pipeline import DepthFrame
+from edge.depth import DepthFrame
 
 FORMATS = ("png", "npz", "preview", "json")
 SUFFIXES = {"png": ".depth.png", "npz": ".npz", "preview": ".preview.png", "json": ".json"}

@@ -12,85 +12,20 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edge import images, stages
 from edge.closing import Closing
-from edge.core import Core, require_litert_cpu
+from edge.core import Core, CoreLike, CoreSpec, require_litert_cpu
 from edge.coreproc import ProcessCore
+from edge.depth import DepthFrame
 from edge.errors import ModelNotFound, ShapeError
 from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
-
-
-@dataclass
-class DepthFrame:
-    """Relative depth and confidence for one image, at the image's displayed size.
-
-    ``depth`` is DA3's relative depth: larger = farther, on an arbitrary per-image
-    scale; not metres. ``conf`` is DA3's confidence (>= 1, larger = surer).
-    """
-
-    depth: np.ndarray  # (H, W) float32
-    conf: np.ndarray  # (H, W) float32
-    name: str
-    source_size: tuple[int, int]  # (H, W) as displayed
-    shape_wanted: tuple[int, int]  # DA3's rule for this image
-    shape_used: tuple[int, int]  # the exported model that ran
-    precision: str
-    stages: str
-    model: str
-    weights: str  # "sha256:..." of the weights, or "random-init:SEED"
-    random_init: bool
-    artifact: str  # the .tflite file name
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    source_mode: str = "RGB"
-    exif_transposed: bool = False
-    threads: int = 0  # the core's CPU threads
-    fp16_arithmetic: bool = False  # XNNPACK computed in fp16 (FORCE_FP16), not fp32
-    _depth_range: tuple[float, float] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def resized_to_nearest(self) -> bool:
-        return self.shape_used != self.shape_wanted
-
-    def depth_range(self) -> tuple[float, float]:
-        """(min, max) of ``depth``, computed once: the summary and the inverse-depth
-        images both need it (a 1200x1600 map is 7.7 MB to read each time)."""
-        if self._depth_range is None:
-            self._depth_range = (float(self.depth.min()), float(self.depth.max()))
-        return self._depth_range
-
-    def summary(self) -> dict[str, Any]:
-        """Everything but the arrays, JSON-ready."""
-        lo, hi = self.depth_range()
-        c = self.conf
-        return {
-            "name": self.name,
-            "model": self.model,
-            "weights": self.weights,
-            "random_init": self.random_init,
-            "precision": self.precision,
-            "stages": self.stages,
-            "artifact": self.artifact,
-            "threads": self.threads,
-            "fp16_arithmetic": self.fp16_arithmetic,
-            "source_size": list(self.source_size),
-            "source_mode": self.source_mode,
-            "exif_transposed": self.exif_transposed,
-            "shape_wanted": list(self.shape_wanted),
-            "shape_used": list(self.shape_used),
-            "resized_to_nearest_shape": self.resized_to_nearest,
-            "depth": {
-                "kind": "relative (larger = farther, arbitrary scale; not metres)",
-                "min": lo,
-                "max": hi,
-            },
-            "conf": {"min": float(c.min()), "max": float(c.max())},
-            "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
-        }
 
 
 @dataclass
@@ -100,7 +35,7 @@ class Job:
     still: images.Still
     wanted: tuple[int, int]
     used: tuple[int, int]
-    core: Core | ProcessCore
+    core: CoreLike
     artifact: Artifact
     x: np.ndarray | None  # the preprocessed input, until submitted
     timings: dict[str, float]
@@ -122,83 +57,76 @@ def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> 
     return min(available, key=key)
 
 
+@dataclass(frozen=True)
+class PipelineSpec:
+    """How to open a pipeline: the model directory and how to run its models."""
+
+    models: str | os.PathLike[str] | None = None  # else $DA3_EDGE_MODELS, else XDG
+    precision: str = "fp16"
+    stages: str | None = "numpy"  # a stages.BACKENDS name; None: $DA3_EDGE_STAGES
+    threads: int | None = None  # per core; None: the platform's, shared among workers
+    strict_shape: bool = False  # refuse an image whose DA3 shape was not exported
+    fp16_arithmetic: bool | None = None  # None: the platform policy (CoreSpec)
+    weight_cache: str | os.PathLike[str] | None = None
+    max_pixels: int = images.MAX_PIXELS
+    # The daemon runs the core in a worker process (edge/coreproc.py): LiteRT holds
+    # the GIL for a whole inference, which would stall capture and writing.
+    core_process: bool = False
+    # Several workers (each its own process and interpreter) compute different
+    # images at once; ``threads`` is then per worker (see Pipeline.worker_threads).
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or (self.workers > 1 and not self.core_process):
+            raise ValueError("workers must be 1, or more with core_process")
+
+
+OpenCore = Callable[[CoreSpec], CoreLike]
+
+
 class Pipeline(Closing):
     """Loaded models and stages; call it with an image to get a ``DepthFrame``."""
 
     def __init__(
         self,
         manifest: Manifest,
-        precision: str,
         backend: stages.Stages,
+        spec: PipelineSpec,
         *,
-        threads: int | None = None,
-        strict_shape: bool = False,
-        fp16_arithmetic: bool | None = None,
-        weight_cache: str | os.PathLike[str] | None = None,
-        max_pixels: int = images.MAX_PIXELS,
-        core_process: bool = False,
-        workers: int = 1,
+        open_core: OpenCore | None = None,
     ) -> None:
         self.manifest = manifest
-        # The daemon runs the core in a worker process (edge/coreproc.py): LiteRT holds
-        # the GIL for a whole inference, which would stall capture and writing.
-        self.core_process = core_process
-        # Several workers (each its own process and interpreter) compute different
-        # images at once; ``threads`` is then per worker (see worker_threads).
-        if workers < 1 or (workers > 1 and not core_process):
-            raise ValueError("workers must be 1, or more with core_process")
-        self.workers = workers
-        self.precision = precision
+        self.spec = spec
         self.stages = backend
-        self.threads = threads
-        self.strict_shape = strict_shape
-        self.fp16_arithmetic = fp16_arithmetic
-        self.weight_cache = weight_cache
-        self.max_pixels = max_pixels
-        self._artifacts = {a.shape: a for a in manifest.cores() if a.precision == precision}
+        self.precision = spec.precision
+        self.workers = spec.workers
+        # Cores are opened on first use, each from a CoreSpec: in this process, in a
+        # worker process, or (tests) as a FakeCore.
+        self._open_core: OpenCore = open_core or (ProcessCore if spec.core_process else Core)
+        self._artifacts = {a.shape: a for a in manifest.cores() if a.precision == spec.precision}
         if not self._artifacts:
             have = sorted({a.precision for a in manifest.cores()})
             raise ModelNotFound(
-                f"{manifest.directory}: no {precision} models (have: {', '.join(have) or 'none'}); "
-                f"export them with `da3-edge export --precision {precision}` or pick --precision"
+                f"{manifest.directory}: no {spec.precision} models "
+                f"(have: {', '.join(have) or 'none'}); export them with "
+                f"`da3-edge export --precision {spec.precision}` or pick --precision"
             )
-        self._cores: dict[tuple[tuple[int, int], int], Core | ProcessCore] = {}
+        self._cores: dict[tuple[tuple[int, int], int], CoreLike] = {}
 
     @classmethod
     def load(
-        cls,
-        model_dir: str | os.PathLike[str] | None = None,
-        precision: str = "fp16",
-        stages: str | None = "numpy",
-        threads: int | None = None,
-        *,
-        strict_shape: bool = False,
-        fp16_arithmetic: bool | None = None,
-        weight_cache: str | os.PathLike[str] | None = None,
-        max_pixels: int = images.MAX_PIXELS,
-        core_process: bool = False,
-        workers: int = 1,
+        cls, spec: PipelineSpec | None = None, *, open_core: OpenCore | None = None
     ) -> Pipeline:
-        """Open the model directory (argument, ``$DA3_EDGE_MODELS``, XDG default)."""
+        """Open the model directory (``spec.models``, ``$DA3_EDGE_MODELS``, XDG default)."""
         from edge import stages as stages_mod
 
-        require_litert_cpu()  # say it once, before any image or camera
-
-        manifest = Manifest.load(resolve_models_dir(model_dir))
-        backend = stages_mod.load(stages, manifest=manifest, threads=threads)
+        spec = spec or PipelineSpec()
+        if open_core is None:
+            require_litert_cpu()  # say it once, before any image or camera
+        manifest = Manifest.load(resolve_models_dir(spec.models))
+        backend = stages_mod.load(spec.stages, manifest=manifest, threads=spec.threads)
         try:
-            return cls(
-                manifest,
-                precision,
-                backend,
-                threads=threads,
-                strict_shape=strict_shape,
-                fp16_arithmetic=fp16_arithmetic,
-                weight_cache=weight_cache,
-                max_pixels=max_pixels,
-                core_process=core_process,
-                workers=workers,
-            )
+            return cls(manifest, backend, spec, open_core=open_core)
         except BaseException:
             backend.close()
             raise
@@ -212,7 +140,7 @@ class Pipeline(Closing):
         wanted = da3_shape(*size)
         if wanted in self._artifacts:
             return wanted, wanted
-        if self.strict_shape:
+        if self.spec.strict_shape:
             have = ", ".join(f"{h}x{w}" for h, w in self.shapes)
             raise ShapeError(
                 f"no {self.precision} model for {wanted[0]}x{wanted[1]} (have {have}); "
@@ -220,29 +148,33 @@ class Pipeline(Closing):
             )
         return wanted, nearest_shape(wanted, self.shapes)
 
-    def core(self, shape: tuple[int, int], worker: int = 0) -> tuple[Core | ProcessCore, Artifact]:
+    def core(self, shape: tuple[int, int], worker: int = 0) -> tuple[CoreLike, Artifact]:
         """The core for ``shape`` (worker ``worker`` of ``workers``), opened on first use."""
         if not 0 <= worker < self.workers:
             raise ValueError(f"worker {worker} of {self.workers}")
         artifact = self._artifacts[shape]
         key = (shape, worker)
         if key not in self._cores:
-            path = self.manifest.verify(artifact)
-            kind = ProcessCore if self.core_process else Core
-            self._cores[key] = kind(
-                path,
-                threads=self.worker_threads(),
-                fp16_arithmetic=self.fp16_arithmetic,
-                weight_cache=self.weight_cache,
-                precision=artifact.precision,
-            )
+            self._cores[key] = self._open_core(self.core_spec(artifact))
         return self._cores[key], artifact
+
+    def core_spec(self, artifact: Artifact) -> CoreSpec:
+        """The CoreSpec for one of the manifest's cores (size and hash checked)."""
+        cache = self.spec.weight_cache
+        return CoreSpec(
+            self.manifest.verify(artifact),
+            threads=self.worker_threads(),
+            fp16_arithmetic=self.spec.fp16_arithmetic,
+            weight_cache=Path(cache) if cache else None,
+            precision=artifact.precision,
+            shape=artifact.shape,
+        )
 
     def worker_threads(self) -> int | None:
         """Each core's threads: as given, else the platform's default shared among the
         workers (None: the core's own default, for one worker)."""
-        if self.threads or self.workers == 1:
-            return self.threads
+        if self.spec.threads or self.workers == 1:
+            return self.spec.threads
         from edge import platform
 
         return max(1, platform.default_threads() // self.workers)
@@ -269,7 +201,7 @@ class Pipeline(Closing):
         if isinstance(image, images.Still):
             still = image
         else:
-            still = images.load(image, name=name, max_pixels=self.max_pixels)
+            still = images.load(image, name=name, max_pixels=self.spec.max_pixels)
             decode_ms = (time.perf_counter() - t0) * 1000
         wanted, used = self.choose(still.size)
         core, artifact = self.core(used, worker)

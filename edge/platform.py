@@ -180,3 +180,62 @@ def default_threads(features: CpuFeatures | None = None) -> int:
     """All cores, at most 4 (a Pi 5 has 4; more is untested on big machines)."""
     cores = (features or cpu_features()).cores
     return max(1, min(4, cores))
+
+
+# The Pi firmware's throttling word (``vcgencmd get_throttled``; the kernel's
+# raspberrypi firmware driver prints it as hex in sysfs): bit -> meaning.
+THROTTLE_BITS = {
+    0: "under_voltage",
+    1: "arm_frequency_capped",
+    2: "throttled",
+    3: "soft_temperature_limit",
+    16: "under_voltage_occurred",
+    17: "arm_frequency_capped_occurred",
+    18: "throttled_occurred",
+    19: "soft_temperature_limit_occurred",
+}
+
+
+def health(root: str = "/") -> dict[str, object]:
+    """SoC temperature (Celsius) and the Pi's throttling flags, from sysfs; None for
+    what this machine does not expose. Cheap: a few small reads, no processes."""
+    base = os.path.join(root, "sys")
+    temperature: float | None = None
+    zones = sorted(_glob(base, "class/thermal/thermal_zone*"))
+    zones.sort(key=lambda z: "cpu" not in _read(os.path.join(z, "type")))
+    for zone in zones:
+        text = _read(os.path.join(zone, "temp"))
+        if text.lstrip("-").isdigit():
+            temperature = round(int(text) / 1000, 1)
+            break
+    throttled: dict[str, object] | None = None
+    for path in _glob(base, "devices/platform/soc*/*firmware*/get_throttled"):
+        try:
+            word = int(_read(path), 16)
+        except ValueError:
+            continue
+        throttled = {"raw": hex(word), **{n: bool(word >> b & 1) for b, n in THROTTLE_BITS.items()}}
+        break
+    else:
+        # Newer kernels deprecate get_throttled for hwmon, which has under-voltage only.
+        for hwmon in _glob(base, "class/hwmon/hwmon*"):
+            if _read(os.path.join(hwmon, "name")) == "rpi_volt":
+                alarm = _read(os.path.join(hwmon, "in0_lcrit_alarm"))
+                if alarm in ("0", "1"):
+                    throttled = {"under_voltage": alarm == "1"}
+                break
+    return {"temperature_c": temperature, "throttled": throttled}
+
+
+def _glob(base: str, pattern: str) -> list[str]:
+    import glob
+
+    return sorted(glob.glob(os.path.join(base, pattern)))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from edge import atomic, frames
-from edge.pipeline import DepthFrame
+from edge.depth import DepthFrame
 
 FRAMES = "frames"
 LATEST = "latest"

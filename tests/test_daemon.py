@@ -434,7 +434,7 @@ def test_the_core_never_waits_for_pre_or_postprocessing(small_models: Path, tmp_
     cfg = write_config(tmp_path / "c.toml", "fake:fps:100", tmp_path / "store", small_models)
     daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=6)
     events: list[tuple[str, str]] = []
-    pipeline = daemon.pipeline
+    pipeline = daemon.inference.pipeline
 
     def spy(step: str) -> None:
         real = getattr(pipeline, step)
@@ -507,7 +507,7 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
         model={"workers": 2, "threads": 1}, store={"dir": str(store), "keep_frames": 20},
     )  # fmt: skip
     daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=8)
-    pipeline = daemon.pipeline
+    pipeline = daemon.inference.pipeline
     events: list[tuple[str, str, int]] = []  # (step, frame name, worker)
     workers: dict[str, int] = {}
     real_prepare, real_submit, real_collect = pipeline.prepare, pipeline.submit, pipeline.collect

@@ -107,7 +107,7 @@ def test_inverse_from_a_known_depth_range_is_bit_identical() -> None:
 def test_npz_is_what_np_savez_writes() -> None:
     """npz_writer lays the archive out itself (no copies of the arrays); np.load must
     read it like np.savez's, at the same size."""
-    from edge.pipeline import DepthFrame
+    from edge.depth import DepthFrame
 
     rng = np.random.default_rng(2)
     for shape in ((1200, 1600), (3, 5), (1, 1)):

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from edge.errors import ModelNotFound, ShapeError
-from edge.pipeline import Pipeline, nearest_shape
+from edge.pipeline import Pipeline, PipelineSpec, nearest_shape
 
 from .conftest import photo_path
 
@@ -39,7 +39,7 @@ def test_nearest_shape_needs_a_model() -> None:
 
 def test_frame_from_path_pil_and_array(small_models: Path) -> None:
     path = photo_path("coffee.png")
-    with Pipeline.load(small_models, precision="fp16", threads=2) as pipe:
+    with Pipeline.load(PipelineSpec(small_models, precision="fp16", threads=2)) as pipe:
         a = pipe(path)
         with Image.open(path) as im:
             b = pipe(im.copy(), name="coffee")
@@ -58,7 +58,7 @@ def test_frame_from_path_pil_and_array(small_models: Path) -> None:
 
 def test_strict_shape_and_missing_precision(small_models: Path, tmp_path: Path) -> None:
     with (
-        Pipeline.load(small_models, strict_shape=True) as pipe,
+        Pipeline.load(PipelineSpec(small_models, strict_shape=True)) as pipe,
         pytest.raises(ShapeError, match="336x504"),
     ):
         pipe(photo_path("coffee.png"))
@@ -70,8 +70,8 @@ def test_strict_shape_and_missing_precision(small_models: Path, tmp_path: Path) 
     (only / "manifest.json").write_text(json.dumps(manifest))
     shutil.copy(small_models / manifest["artifacts"][0]["file"], only)
     with pytest.raises(ModelNotFound, match=r"no fp16 models \(have: fp32\)"):
-        Pipeline.load(only, precision="fp16")
-    with Pipeline.load(only, precision="fp32") as pipe:
+        Pipeline.load(PipelineSpec(only, precision="fp16"))
+    with Pipeline.load(PipelineSpec(only, precision="fp32")) as pipe:
         assert pipe(photo_path("chelsea.png")).precision == "fp32"
 
 
@@ -79,15 +79,15 @@ def test_workers_share_the_threads(small_models: Path, monkeypatch: pytest.Monke
     from edge import platform
 
     with pytest.raises(ValueError, match="core_process"):
-        Pipeline.load(small_models, workers=2)  # in one process they would share the GIL
+        PipelineSpec(small_models, workers=2)  # in one process they would share the GIL
     monkeypatch.setattr(platform, "default_threads", lambda: 4)
-    with Pipeline.load(small_models, core_process=True, workers=2) as pipe:
+    with Pipeline.load(PipelineSpec(small_models, core_process=True, workers=2)) as pipe:
         assert pipe.worker_threads() == 2  # the default, shared
         with pytest.raises(ValueError, match="worker 2 of 2"):
             pipe.prepare(photo_path("chelsea.png"), worker=2)
-    with Pipeline.load(small_models, core_process=True, workers=3, threads=1) as pipe:
+    with Pipeline.load(PipelineSpec(small_models, core_process=True, workers=3, threads=1)) as pipe:
         assert pipe.worker_threads() == 1  # given: per worker
-    with Pipeline.load(small_models) as pipe:
+    with Pipeline.load(PipelineSpec(small_models)) as pipe:
         assert pipe.worker_threads() is None  # one worker: the core's own default
 
 

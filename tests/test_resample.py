@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge import resample
+from edge.stages import resample
 
 pytestmark = pytest.mark.arm  # runs on the emulated Cortex-A76 too (docs/arm.md)
 

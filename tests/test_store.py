@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.pipeline import DepthFrame
+from edge.depth import DepthFrame
 from edge.store import FrameStore
 
 

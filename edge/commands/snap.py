@@ -160,7 +160,7 @@ def main(args: Sequence[str] | None = None) -> int:
     except OSError as exc:
         raise OutputError(f"{out}: cannot write outputs here ({exc.strerror or exc})") from None
 
-    from edge.pipeline import Pipeline
+    from edge.pipeline import Pipeline, PipelineSpec
 
     items = list(expand(ns.inputs))
     total = len(items)
@@ -168,14 +168,15 @@ def main(args: Sequence[str] | None = None) -> int:
     written = 0
     taken: set[str] = set()
     say_progress = total > 1
-    with Pipeline.load(
+    spec = PipelineSpec(
         ns.models,
         precision=ns.precision,
         stages=ns.stages,
         threads=ns.threads,
         strict_shape=ns.strict_shape,
         max_pixels=ns.max_pixels,
-    ) as pipeline:
+    )
+    with Pipeline.load(spec) as pipeline:
         if any(a.random_init for a in pipeline.manifest.cores()):
             print(
                 "da3-edge: warning: these models have random-init weights: outputs are NOT "

@@ -1,6 +1,6 @@
 """The default stages: numpy (and Pillow for the way back), no torch.
 
-Preprocess is DA3's own resize (``edge.resample``: OpenCV's INTER_AREA / INTER_CUBIC
+Preprocess is DA3's own resize (``edge.stages.resample``: OpenCV's INTER_AREA / INTER_CUBIC
 semantics and DA3's two steps, written in numpy; within one uint8 level of DA3's
 reference) followed by a lookup table per channel (uint8 -> normalised float32),
 cheaper than converting the image to float and doing the arithmetic. When the core
@@ -16,9 +16,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from edge import resample
 from edge.models import da3_shape
-from edge.stages import MEAN, STD
+from edge.stages import MEAN, STD, resample
 
 _LUT = np.stack(
     [(np.arange(256, dtype=np.float64) / 255.0 - m) / s for m, s in zip(MEAN, STD, strict=True)]

@@ -1,0 +1,31 @@
+"""The camera daemon: capture -> infer -> write, continuously, surviving faults.
+
+Three worker threads and the main thread, one object each (docs/architecture.md):
+
+- ``Capture`` (thread "capture", capture.py): the camera, its faults and backoff;
+  the newest frame goes into a one-slot mailbox (an unread one it replaces is
+  counted as dropped).
+- ``Inference`` (thread "infer", inference.py): the pipeline, overlapping the stages
+  with the core (one or more worker processes); results in capture order.
+- ``Writer`` (thread "write", writer.py): results into the ``FrameStore``; a full or
+  read-only store costs frames, counted, never the loop.
+- ``Daemon`` (main thread, service.py): signals, reload, ``status.json``
+  (status.py), sd_notify STATUS and the watchdog.
+
+State is given to each in its constructor and every mutable attribute is written by
+one thread; what each owns is in its docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from edge.daemon.service import Daemon
+
+__all__ = ["Daemon", "setup_logging"]
+
+
+def setup_logging() -> None:
+    level = logging.DEBUG if os.environ.get("DEBUG") == "1" else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

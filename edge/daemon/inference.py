@@ -1,0 +1,247 @@
+"""The inference thread: mailbox -> pipeline -> results, keeping the cores busy.
+
+While a core computes frame N (in its worker process), this thread preprocesses
+frame N+1, and postprocesses N while the core runs N+1 (``Pipeline.prepare / submit
+/ collect / finish``). With one worker (``model.workers``), frame N+1 is taken from
+the mailbox only shortly before the core is expected to finish N (the core's and
+preprocessing's recent times say when), so it is as fresh as the overlap allows;
+when no frame comes by then, N is finished alone. With several, a new frame goes to
+an idle worker as soon as it comes; once all are busy, the oldest frame in flight is
+handled as with one. Results leave in capture order.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from edge.camera import Frame
+from edge.daemon.capture import Mailbox
+from edge.depth import DepthFrame
+from edge.errors import EdgeError
+from edge.pipeline import Job, Pipeline
+
+log = logging.getLogger("edge.daemon")
+STAGES = ("preprocess", "core", "postprocess")
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished frame on its way to the writer."""
+
+    depth: DepthFrame
+    frame: Frame
+    workers: int
+
+
+class Results:
+    """Inference -> writer: at most ``maxsize`` results. ``put`` never blocks: when
+    the writer is behind, the oldest waiting result makes room (and is counted)."""
+
+    def __init__(self, maxsize: int = 2) -> None:
+        self._queue: queue.Queue[Result] = queue.Queue(maxsize)
+
+    def put(self, item: Result) -> int:
+        """Queue ``item``; the number of older results dropped for it."""
+        dropped = 0
+        while True:
+            try:
+                self._queue.put_nowait(item)
+                return dropped
+            except queue.Full:
+                try:
+                    self._queue.get_nowait()
+                    dropped += 1
+                except queue.Empty:
+                    pass
+
+    def get(self, timeout: float) -> Result | None:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    @property
+    def holding(self) -> int:
+        return self._queue.qsize()
+
+
+@dataclass
+class InferenceCounters:
+    holding: int = 0  # frames taken from the mailbox, not yet handed on or failed
+    dropped_write: int = 0  # results dropped because the writer fell behind
+    failed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
+    last_error: str | None = None
+
+    @property
+    def failed_total(self) -> int:
+        return sum(self.failed.values())
+
+
+@dataclass
+class InFlight:
+    """A frame submitted to a core: which worker's, and when it is expected back."""
+
+    job: Job
+    frame: Frame
+    worker: int
+    done_at: float
+
+
+class Inference:
+    """The inference thread (``run``).
+
+    Owns, written by its thread only: ``pipeline`` (the one in use), ``pending`` (the
+    frames in flight, oldest first), ``counters`` and the recent stage times. The
+    main thread hands a reloaded pipeline over with ``offer`` (a locked slot); this
+    thread adopts it between frames, after finishing what the old one is computing.
+    ``close`` is for after the thread has ended.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        mailbox: Mailbox,
+        results: Results,
+        stop: threading.Event,
+        beat: Callable[[], None],
+    ) -> None:
+        self.pipeline = pipeline
+        self.mailbox = mailbox
+        self.results = results
+        self.stop = stop
+        self.beat = beat
+        self.counters = InferenceCounters()
+        self.pending: deque[InFlight] = deque()
+        self._core_s = self._prep_s = 0.0  # recent times, for the expectations
+        self._offered: Pipeline | None = None
+        self._offer_lock = threading.Lock()
+        self._last_log = 0.0
+
+    # -- the main thread's side ------------------------------------------------------
+    def offer(self, pipeline: Pipeline) -> None:
+        """Switch to ``pipeline`` between frames (one not yet adopted is closed)."""
+        with self._offer_lock:
+            unused, self._offered = self._offered, pipeline
+        if unused is not None:
+            unused.close()
+
+    def close(self) -> None:
+        """Close the pipelines (once ``run`` has returned)."""
+        self.pipeline.close()
+        with self._offer_lock:
+            unused, self._offered = self._offered, None
+        if unused is not None:
+            unused.close()
+
+    # -- the thread ------------------------------------------------------------------
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.beat()
+            if self._offered is not None:
+                self._adopt()
+            frame, worker = self._next_frame()
+            self.beat()
+            job = self._prepare(frame, worker) if frame is not None else None
+            # The oldest frame is due (no new one came in time), or its core is needed.
+            oldest = self.pending[0] if self.pending else None
+            done: InFlight | None = None
+            if oldest is not None and (job is None or worker == oldest.worker):
+                self.pending.popleft()
+                done = oldest if self._collect(oldest) else None
+            if job is not None and frame is not None:
+                self._submit(job, frame, worker)
+            if done is not None:
+                self._finish(done)
+                self._core_s = _ema(self._core_s, done.job.timings["core"] / 1000)
+
+    def _next_frame(self) -> tuple[Frame | None, int]:
+        """Wait for a frame as the policy says; it and the worker it is for."""
+        busy = {item.worker for item in self.pending}
+        idle = [w for w in range(self.pipeline.workers) if w not in busy]
+        if not self.pending:
+            frame = self.mailbox.take(0.25)
+        else:
+            oldest = self.pending[0]
+            if not idle:
+                wake = oldest.done_at - self._prep_s
+                if wake > time.monotonic():
+                    self.stop.wait(wake - time.monotonic())
+            frame = self.mailbox.take(max(0.0, oldest.done_at - time.monotonic()))
+        if frame is not None:
+            self.counters.holding += 1
+        return frame, idle[0] if idle else self.pending[0].worker
+
+    def _prepare(self, frame: Frame, worker: int) -> Job | None:
+        t0 = time.monotonic()
+        try:
+            return self.pipeline.prepare(frame.rgb, name=f"frame-{frame.seq}", worker=worker)
+        except EdgeError as exc:
+            self._failed("preprocess", frame, exc)
+            return None
+        finally:
+            self._prep_s = _ema(self._prep_s, time.monotonic() - t0)
+
+    def _submit(self, job: Job, frame: Frame, worker: int) -> None:
+        try:
+            self.pipeline.submit(job)
+        except EdgeError as exc:
+            self._failed("core", frame, exc)
+            return
+        self.pending.append(InFlight(job, frame, worker, time.monotonic() + self._core_s))
+
+    def _collect(self, item: InFlight, pipeline: Pipeline | None = None) -> bool:
+        try:
+            (pipeline or self.pipeline).collect(item.job)
+            return True
+        except EdgeError as exc:
+            self._failed("core", item.frame, exc)
+            return False
+
+    def _finish(self, item: InFlight, pipeline: Pipeline | None = None) -> None:
+        """Postprocess a collected frame and hand it to the writer."""
+        used = pipeline or self.pipeline
+        try:
+            depth = used.finish(item.job)
+        except EdgeError as exc:
+            self._failed("postprocess", item.frame, exc)
+            return
+        self.counters.dropped_write += self.results.put(Result(depth, item.frame, used.workers))
+        self.counters.holding -= 1
+
+    def _failed(self, stage: str, frame: Frame, exc: EdgeError) -> None:
+        counters = self.counters
+        counters.holding -= 1
+        counters.failed[stage] += 1
+        counters.last_error = f"{stage}: {exc}"
+        now = time.monotonic()
+        if now - self._last_log > 10 or counters.failed_total <= 3:
+            log.error(
+                "inference failed on frame %d (%s; %d failed so far): %s",
+                frame.seq, stage, counters.failed_total, exc,
+            )  # fmt: skip
+            self._last_log = now
+
+    def _adopt(self) -> None:
+        """Switch to the offered pipeline, after finishing the frames the old one is
+        computing (they keep their capture order)."""
+        with self._offer_lock:
+            new, self._offered = self._offered, None
+        if new is None:
+            return
+        old = self.pipeline
+        while self.pending:
+            item = self.pending.popleft()
+            if self._collect(item, old):
+                self._finish(item, old)
+        old.close()
+        self.pipeline = new
+
+
+def _ema(previous: float, sample: float, weight: float = 0.25) -> float:
+    return sample if previous == 0.0 else previous + weight * (sample - previous)

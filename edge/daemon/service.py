@@ -1,0 +1,296 @@
+"""``Daemon``: wires capture, inference and writing, and runs the main thread.
+
+The main thread handles signals (SIGTERM/SIGINT: stop; SIGHUP: reload the config),
+writes ``status.json`` and the sd_notify STATUS line, and pings systemd's watchdog
+while every thread makes progress. A thread counts as stuck when its heartbeat is
+older than ``daemon.stuck_after``; waiting out a camera backoff beats the heart, so
+a daemon patiently waiting for its camera is never restarted, while a hung driver
+call is.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from edge import config as config_mod
+from edge.daemon import status
+from edge.daemon.capture import Capture, Mailbox
+from edge.daemon.inference import Inference, Results
+from edge.daemon.writer import Writer
+from edge.errors import ConfigError, EdgeError
+from edge.pipeline import Pipeline, PipelineSpec
+from edge.store import FrameStore, default_store_dir
+from edge.systemd import Notifier
+
+log = logging.getLogger("edge.daemon")
+
+
+def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
+    """The daemon's pipeline for ``model``, its cores checked before any frame."""
+    spec = PipelineSpec(
+        model.dir or None,
+        precision=model.precision,
+        stages=model.stages,
+        threads=model.threads or None,
+        weight_cache=model.weight_cache or None,
+        core_process=True,  # keeps the GIL free for capture and writing
+        workers=model.workers,
+    )
+    pipeline = Pipeline.load(spec)
+    # Refuse to start on a missing or tampered model, not at the first frame.
+    for artifact in pipeline.manifest.cores():
+        if artifact.precision == model.precision:
+            pipeline.manifest.verify(artifact)
+    return pipeline
+
+
+def make_store(store: config_mod.StoreConfig) -> FrameStore:
+    return FrameStore(
+        Path(store.dir) if store.dir else default_store_dir(),
+        keep_frames=store.keep_frames,
+        max_bytes=store.max_bytes,
+        formats=store.formats,
+        preview_max_side=store.preview_max_side,
+        persist_dir=Path(store.persist_dir) if store.persist_dir else None,
+        persist_every=store.persist_every,
+        persist_keep=store.persist_keep,
+    )
+
+
+class Daemon:
+    """The main thread's side: signals, reload, status and the watchdog.
+
+    Owns, written by the main thread only: ``config``, ``store`` (the one status.json
+    goes to; the writer gets each new one through ``Writer.reconfigure``), ``state``
+    and the notifier. Each of ``capture``, ``inference`` and ``writer`` owns what its
+    docstring says; ``heartbeats`` has one key per thread, written by that thread.
+    """
+
+    def __init__(
+        self,
+        config: config_mod.Config,
+        notifier: Notifier | None = None,
+        *,
+        max_frames: int = 0,
+        flag_overrides: dict[str, Any] | None = None,
+        open_pipeline: Callable[[config_mod.ModelConfig], Pipeline] = load_pipeline,
+    ) -> None:
+        self.config = config
+        self.flag_overrides = flag_overrides or {}
+        self.notifier = notifier or Notifier.from_env()
+        self.open_pipeline = open_pipeline
+        self.state = "starting"
+        self.stop_event = threading.Event()
+        self.reload_requested = threading.Event()
+        self.heartbeats: dict[str, float] = {}
+        self.mailbox = Mailbox()
+        self.results = Results(maxsize=2)
+        pipeline = open_pipeline(config.model)
+        self.store = make_store(config.store)
+        self.capture = Capture(
+            config.camera, self.mailbox, self.stop_event, self._beater("capture")
+        )
+        self.inference = Inference(
+            pipeline, self.mailbox, self.results, self.stop_event, self._beater("infer")
+        )
+        self.writer = Writer(
+            self.store, config.camera.source, self.results, self.stop_event,
+            self._beater("write"), max_frames=max_frames,
+            dropped_stale=lambda: self.capture.counters.dropped_stale,
+        )  # fmt: skip
+        self.status_file = status.StatusFile()
+        self._threads: list[threading.Thread] = []
+        self._stuck_reported: set[str] = set()
+
+    def _beater(self, name: str) -> Callable[[], None]:
+        def beat() -> None:
+            self.heartbeats[name] = time.monotonic()
+
+        return beat
+
+    # -- status ---------------------------------------------------------------------
+    def counters(self) -> dict[str, Any]:
+        return status.counters(
+            self.capture, self.mailbox, self.inference, self.results, self.writer
+        )
+
+    def status_text(self) -> str:
+        c, window = self.counters(), self.writer.window.summary()
+        lat = window["latency_ms"]["p50"] or 0.0
+        return (
+            f"fps {window['fps']:.2f}, latency p50 {lat:.0f} ms, captured {c['captured']}, "
+            f"written {c['written']}, dropped {c['dropped_stale'] + c['dropped_write']}, "
+            f"failed {c['failed_inference']}, "
+            f"frozen {c['frozen']}, reopens {c['reopens']}, "
+            f"errors camera {c['camera_errors']} / write {c['failed_write']}, "
+            f"camera {_said(self.capture.state)}, store {_said(self.writer.state)}"
+        )
+
+    def status_document(self) -> dict[str, Any]:
+        pipeline, config = self.inference.pipeline, self.config
+        cores = [a for a in pipeline.manifest.cores() if a.precision == pipeline.precision]
+        camera_state, camera_reason = self.capture.state
+        store_state, store_reason = self.writer.state
+        return {
+            "state": self.state,
+            "config": {"path": config.path, "digest": status.config_digest(config)},
+            "model": {
+                "dir": str(pipeline.manifest.directory),
+                "model": pipeline.manifest.model,
+                "precision": pipeline.precision,
+                "stages": pipeline.stages.name,
+                "workers": pipeline.workers,
+                "shapes": [list(s) for s in pipeline.shapes],
+                "weights": sorted({a.weights for a in cores}),
+                "random_init": any(a.random_init for a in cores),
+            },
+            "camera": {
+                "source": config.camera.source,
+                "state": camera_state,
+                "reason": camera_reason,
+            },
+            "store": {"dir": str(self.store.root), "state": store_state, "reason": store_reason},
+            "counters": self.counters(),
+            "window": self.writer.window.summary(),
+        }
+
+    def _states(self) -> tuple[object, ...]:
+        return (self.state, self.capture.state, self.writer.state)
+
+    def write_status(self) -> None:
+        self.status_file.write(self.store.root, self.status_document())
+
+    # -- signals and reload ----------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self.reload_requested.set()
+        else:
+            self.stop_event.set()
+
+    def reload(self) -> None:
+        path = self.config.path
+        self.state = "reloading"
+        self.notifier.reloading()
+        self.write_status()
+        try:
+            new = config_mod.load(path) if path else self.config
+            new = config_mod.with_overrides(new, **self.flag_overrides)
+        except ConfigError as exc:
+            log.error("reload: keeping the running config: %s", exc)
+            new = self.config
+        old = self.config
+        if new.model != old.model:
+            try:
+                self.inference.offer(self.open_pipeline(new.model))  # adopted between frames
+            except EdgeError as exc:
+                log.error("reload: keeping the running model: %s", exc)
+                new = config_mod.Config(new.camera, old.model, new.store, new.daemon, new.path)
+        if new.store != old.store:
+            self.store = make_store(new.store)
+        if new.store != old.store or new.camera.source != old.camera.source:
+            self.writer.reconfigure(self.store, new.camera.source)
+        if new.camera != old.camera:
+            self.capture.reconfigure(new.camera)
+        if new is not old:
+            log.info("reload: config %s applied", path or "(defaults)")
+        self.config = new
+        self.state = "running"
+        self.write_status()
+        self.notifier.ready(self.status_text())
+
+    # -- running ---------------------------------------------------------------------
+    def run(self) -> int:
+        faulthandler.enable()
+        previous = {
+            sig: signal.signal(sig, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        try:
+            self.writer.prepare()
+            status.StatusFile.sweep(self.store.root)
+            for name, target in (
+                ("capture", self.capture.run),
+                ("infer", self.inference.run),
+                ("write", self.writer.run),
+            ):
+                self.heartbeats[name] = time.monotonic()
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            self.state = "running"
+            self.notifier.ready(self.status_text())
+            log.info("running: store %s, source %s", self.store.root, self.config.camera.source)
+            return self._main_loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def stuck_threads(self) -> list[str]:
+        now = time.monotonic()
+        limit = self.config.daemon.stuck_after
+        return [n for n, t in self.heartbeats.items() if now - t > limit]
+
+    def _main_loop(self) -> int:
+        interval = self.notifier.watchdog_interval
+        next_status = next_ping = 0.0
+        states: tuple[object, ...] = ()
+        while not self.stop_event.is_set():
+            self.stop_event.wait(0.2)
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self.reload()
+            now = time.monotonic()
+            stuck = self.stuck_threads()
+            for name in stuck:
+                if name not in self._stuck_reported:
+                    log.error(
+                        "thread %s made no progress for %.0f s: no more watchdog pings",
+                        name, self.config.daemon.stuck_after,
+                    )  # fmt: skip
+                    self._stuck_reported.add(name)
+            if interval is not None and not stuck and now >= next_ping:
+                self.notifier.watchdog()
+                next_ping = now + interval
+            if now >= next_status:
+                text = self.status_text() + (f", STUCK: {', '.join(stuck)}" if stuck else "")
+                self.notifier.status(text)
+                log.info("%s", text)
+                next_status = now + self.config.daemon.status_every
+                states = ()  # write the file now too
+            if self._states() != states:
+                states = self._states()
+                self.write_status()
+        return self._stop()
+
+    def _stop(self) -> int:
+        self.state = "stopping"
+        self.notifier.stopping("stopping")
+        log.info("stopping: %s", self.status_text())
+        deadline = time.monotonic() + 3.0
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            log.warning("threads still busy at exit: %s", ", ".join(alive))
+        self.state = "stopped" if not alive else f"stopped with {', '.join(alive)} still busy"
+        self.write_status()
+        if "infer" not in alive:  # a wedged inference may hold the model; exit anyway
+            self.inference.close()
+        return 0
+
+
+def _said(state: tuple[str, str | None]) -> str:
+    """A (state, reason) pair as the STATUS line says it: "ok", "reconnecting in 2.0 s
+    (...)", "not writing: No space left on device"."""
+    name, reason = state
+    if not reason:
+        return name
+    return f"{name}{': ' if name == 'not writing' else ' '}{reason}"
