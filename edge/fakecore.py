@@ -40,7 +40,8 @@ class FakeCore(Closing):
         *,
         delay: float = 0.0,
         fail: Iterable[int] = (),
-        log: list[tuple[str, int, float]] | None = None,
+        log: list[tuple[str, int, int, float]] | None = None,
+        index: int = 0,
     ) -> None:
         if spec.shape is None:
             raise ValueError("a FakeCore needs the spec's shape (it has no model to read)")
@@ -53,8 +54,9 @@ class FakeCore(Closing):
         self.delay = delay
         self.fail = set(fail)
         self.given = 0  # images submitted so far
-        # (event, image number, monotonic time): "submit" / "collect" / "fail", shared
-        # between the cores of one opener so a test sees their interleaving.
+        self.index = index  # in its opener's order
+        # (event, core index, image number, monotonic time), event "submit" /
+        # "collect" / "fail"; shared by one opener's cores, to see their interleaving.
         self.log = log if log is not None else []
         self._due: tuple[int, float, np.ndarray] | None = None
         self.closed = False
@@ -69,13 +71,13 @@ class FakeCore(Closing):
         """A ``Pipeline`` ``open_core`` making FakeCores with this script, and the list
         of those it made (in opening order)."""
         made: list[FakeCore] = []
-        log: list[tuple[str, int, float]] = []
+        log: list[tuple[str, int, int, float]] = []
         lock = threading.Lock()
         failing = tuple(fail)
 
         def open_core(spec: CoreSpec) -> FakeCore:
             with lock:
-                core = cls(spec, delay=delay, fail=failing, log=log)
+                core = cls(spec, delay=delay, fail=failing, log=log, index=len(made))
                 made.append(core)
             return core
 
@@ -97,7 +99,7 @@ class FakeCore(Closing):
         check_input(image, self.input_shape)
         n, self.given = self.given, self.given + 1
         self._due = (n, time.monotonic() + self.delay, image.mean(axis=1)[0])
-        self.log.append(("submit", n, time.monotonic()))
+        self.log.append(("submit", self.index, n, time.monotonic()))
 
     def collect(self) -> tuple[np.ndarray, np.ndarray]:
         if self._due is None:
@@ -108,9 +110,9 @@ class FakeCore(Closing):
             time.sleep(wait)
         self.last_ms = self.delay * 1000
         if n in self.fail:
-            self.log.append(("fail", n, time.monotonic()))
+            self.log.append(("fail", self.index, n, time.monotonic()))
             raise EdgeError(f"scripted failure of image {n}")
-        self.log.append(("collect", n, time.monotonic()))
+        self.log.append(("collect", self.index, n, time.monotonic()))
         depth = (mean + 10.0).astype(np.float32)
         conf = np.full(self.shape, 1.0 + n, np.float32)
         return depth, conf

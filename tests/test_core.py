@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.core import Core
+from edge.core import Core, CoreSpec
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 from edge.models import Manifest
 
@@ -197,3 +198,19 @@ def test_runtime_path_never_imports_torch(fp16_path: Path) -> None:
     # point silences those, a library user sees them.)
     chatter = [ln for ln in proc.stderr.splitlines() if "DestroyAccelerator" not in ln]
     assert chatter == []
+
+
+def test_a_spec_is_the_one_description_and_its_shape_is_checked(
+    fp16_path: Path, tmp_path: Path
+) -> None:
+    """CoreSpec goes to a worker process as JSON and back unchanged; a model whose
+    input is not the shape its manifest promises is refused by name (the check is
+    Python, so x86_64 only)."""
+    spec = CoreSpec(fp16_path, threads=1, weight_cache=tmp_path, precision="fp16", shape=(14, 14))
+    assert CoreSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    assert CoreSpec.of(str(fp16_path), threads=1) == CoreSpec(fp16_path, threads=1)
+    assert CoreSpec(fp16_path, weight_cache="").weight_cache is None
+    with pytest.raises(ModelCorrupt, match=r"takes 140x182, the manifest says 14x14"):
+        Core(spec)
+    with Core(CoreSpec(fp16_path, threads=1, shape=SMALL_SHAPE)) as core:
+        assert core.spec.shape == SMALL_SHAPE

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import shutil
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -546,3 +548,86 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
     assert all(m["workers"] == 2 and m["threads"] == 1 for m in metas)
     seqs = [m["camera_seq"] for m in sorted(metas, key=lambda m: m["store_seq"])]
     assert seqs == sorted(seqs), seqs  # written in capture order
+
+
+def read_status(store: Path) -> dict[str, Any]:
+    try:
+        return json.loads((store / "status.json").read_text())  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return {}
+
+
+def assert_accounted(status: dict[str, Any]) -> None:
+    """Every captured frame was written, dropped, failed, or is still in flight."""
+    c = status["counters"]
+    parts = (
+        c["written"] + c["dropped_stale"] + c["dropped_write"]
+        + c["failed_inference"] + c["failed_write"] + c["in_flight"]
+    )  # fmt: skip
+    print({k: v for k, v in c.items() if not isinstance(v, dict)})
+    assert c["captured"] == parts, c
+    assert c["in_flight"] == sum(c["in_flight_by_stage"].values())
+    assert c["failed_inference"] == sum(c["failed_inference_by_stage"].values())
+
+
+def test_status_file_accounts_for_every_frame_with_a_failing_core(tmp_path: Path) -> None:
+    """In this process, with FakeCores (one scripted failure): status.json at exit
+    balances, names the failure, and flags the fake model."""
+    from edge import config as config_mod
+    from edge.daemon import Daemon
+    from edge.fakecore import FakeCore, fake_models
+    from edge.pipeline import Pipeline, PipelineSpec
+    from edge.systemd import Notifier
+
+    models = fake_models(tmp_path / "models", [(378, 504)])
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:60", store, models)
+
+    def open_pipeline(model: object) -> Pipeline:
+        open_core, _ = FakeCore.opener(delay=0.03, fail=(2,))
+        return Pipeline.load(PipelineSpec(models, core_process=True), open_core=open_core)
+
+    daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=6, open_pipeline=open_pipeline)
+    assert daemon.run() == 0
+    status = read_status(store)
+    assert status["state"] == "stopped" and status["pid"] == os.getpid()
+    assert_accounted(status)
+    c = status["counters"]
+    assert c["written"] == 6 and len(frame_dirs(store)) == 5  # keep_frames
+    assert c["failed_inference_by_stage"]["core"] == 1
+    assert c["failed_inference_last"] == "core: scripted failure of image 2"
+    assert status["model"]["random_init"] is True and status["model"]["weights"] == ["fake-core"]
+    assert status["camera"]["source"] == "fake:fps:60" and status["camera"]["state"] == "stopped"
+    assert status["store"] == {"dir": str(store), "state": "ok", "reason": None}
+    assert status["config"]["digest"].startswith("sha256:")
+    assert status["window"]["frames"] == 6 and status["window"]["latency_ms"]["p50"] > 0
+    assert set(status["system"]) == {"temperature_c", "throttled"}
+
+
+def test_status_json_while_running_and_after_sigterm(small_models: Path, tmp_path: Path) -> None:
+    """The real daemon: status.json is always whole JSON, refreshed every
+    status_every, and balanced once the daemon has stopped."""
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:30", store, small_models)
+    with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
+        first = d.wait_for(
+            lambda: (s := read_status(store)).get("counters", {}).get("written", 0) >= 2 and s,
+            what="status.json with 2 frames written",
+        )
+        assert isinstance(first, dict)
+        assert first["state"] == "running" and first["pid"] == d.proc.pid
+        assert first["camera"]["state"] == "ok" and first["store"]["state"] == "ok"
+        assert first["model"]["precision"] == "fp16" and first["model"]["random_init"] is True
+        reads = []
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # a reader racing the writer never sees half a file
+            reads.append(read_status(store))
+            time.sleep(0.01)
+        assert all(r.get("format") == 1 for r in reads)
+        assert len({r["updated_at"] for r in reads}) >= 2  # refreshed (status_every 0.5 s)
+        assert d.stop() == 0
+    final = read_status(store)
+    assert final["state"] == "stopped"
+    assert_accounted(final)
+    assert final["counters"]["written"] >= first["counters"]["written"]
+    assert not list(store.glob(".status.json.*"))  # no temporary file left behind

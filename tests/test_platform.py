@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from edge import platform
@@ -89,3 +91,33 @@ def test_this_machine_is_detected() -> None:
     f = platform.cpu_features()
     assert f.cores >= 1 and f.machine
     assert 1 <= platform.default_threads(f) <= 4
+
+
+def test_health_reads_a_pis_temperature_and_throttling(tmp_path: Path) -> None:
+    """The sysfs files a Pi 5 has (laid out under a fake root), as the kernel prints
+    them: millidegrees, and the firmware's throttling word in hex."""
+    zone = tmp_path / "sys/class/thermal/thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "type").write_text("cpu-thermal\n")
+    (zone / "temp").write_text("61850\n")
+    fw = tmp_path / "sys/devices/platform/soc@107c000000/soc@107c000000:firmware"
+    fw.mkdir(parents=True)
+    (fw / "get_throttled").write_text("50005\n")
+    got = platform.health(str(tmp_path))
+    assert got["temperature_c"] == 61.9
+    throttled = got["throttled"]
+    assert isinstance(throttled, dict) and throttled["raw"] == "0x50005"
+    on = sorted(k for k, v in throttled.items() if v is True)
+    assert on == ["throttled", "throttled_occurred", "under_voltage", "under_voltage_occurred"]
+
+
+def test_health_without_get_throttled_uses_hwmon_and_none_elsewhere(tmp_path: Path) -> None:
+    hwmon = tmp_path / "sys/class/hwmon/hwmon1"
+    hwmon.mkdir(parents=True)
+    (hwmon / "name").write_text("rpi_volt\n")
+    (hwmon / "in0_lcrit_alarm").write_text("1\n")
+    assert platform.health(str(tmp_path)) == {
+        "temperature_c": None,
+        "throttled": {"under_voltage": True},
+    }
+    assert platform.health(str(tmp_path / "nothing")) == {"temperature_c": None, "throttled": None}

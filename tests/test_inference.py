@@ -1,0 +1,204 @@
+"""The daemon's inference scheduling, against FakeCores (no exported model needed).
+
+A real Pipeline (numpy stages, the manifest's shape choice) runs with
+``edge.fakecore.FakeCore`` for its cores: each "computes" for a scripted delay
+after ``submit``, as a worker process does, and fails on scripted images. The
+daemon's integration tests (test_daemon.py) run the same code on the real model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.camera import Frame
+from edge.daemon.capture import Mailbox
+from edge.daemon.inference import Inference, Result, Results
+from edge.fakecore import FakeCore, fake_models
+from edge.pipeline import Pipeline, PipelineSpec
+
+SIZE = (42, 56)  # the camera's (H, W): DA3's rule gives 378x504, the fake model is 42x56
+
+
+def fake_pipeline(
+    models: Path, *, workers: int = 1, delay: float = 0.0, fail: tuple[int, ...] = ()
+) -> tuple[Pipeline, list[FakeCore]]:
+    open_core, made = FakeCore.opener(delay=delay, fail=fail)
+    spec = PipelineSpec(models, workers=workers, core_process=True)
+    return Pipeline.load(spec, open_core=open_core), made
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    return fake_models(tmp_path / "models", [(42, 56)])
+
+
+def frame(seq: int) -> Frame:
+    rgb = np.full((*SIZE, 3), (seq * 17) % 256, np.uint8)
+    return Frame(rgb, seq, time.time(), time.monotonic())
+
+
+class Running:
+    """An Inference on its own thread, like the daemon's, fed by the test."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.mailbox = Mailbox()
+        self.results = Results(maxsize=100)
+        self.stop = threading.Event()
+        self.inference = Inference(pipeline, self.mailbox, self.results, self.stop, lambda: None)
+        self.thread = threading.Thread(target=self.inference.run, name="infer", daemon=True)
+        self.replaced = 0
+
+    def put(self, seq: int) -> None:
+        self.replaced += self.mailbox.put(frame(seq))
+
+    def take(self, n: int, timeout: float = 10.0) -> list[Result]:
+        out: list[Result] = []
+        end = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < end:
+            item = self.results.get(0.05)
+            if item is not None:
+                out.append(item)
+        assert len(out) == n, f"{len(out)} of {n} results in {timeout} s"
+        return out
+
+
+@contextmanager
+def running(pipeline: Pipeline) -> Iterator[Running]:
+    r = Running(pipeline)
+    r.thread.start()
+    try:
+        yield r
+    finally:
+        r.stop.set()
+        r.thread.join(5)
+        assert not r.thread.is_alive()
+        r.inference.close()
+
+
+def events(core: FakeCore) -> list[tuple[str, int, int]]:
+    return [(event, index, n) for event, index, n, _ in core.log]
+
+
+def check_depth(result: Result, pipeline: Pipeline) -> None:
+    """The depth written for a frame is what its own image gave (no jobs mixed up)."""
+    x = pipeline.stages.preprocess(result.frame.rgb, (42, 56))
+    expected = x.mean(axis=1)[0] + 10.0
+    depth, _ = pipeline.stages.postprocess(expected, expected, SIZE)
+    np.testing.assert_allclose(result.depth.depth, depth, rtol=0, atol=1e-5)
+
+
+def test_results_leave_in_capture_order_with_each_frames_own_depth(models: Path) -> None:
+    pipeline, made = fake_pipeline(models, workers=2, delay=0.05)
+    with running(pipeline) as r:
+        got: list[Result] = []
+        for seq in range(8):
+            r.put(seq)
+            got += r.take(1) if seq % 2 else []
+            time.sleep(0.03)
+        got += r.take(8 - len(got) - r.replaced)
+    seqs = [item.frame.seq for item in got]
+    print(f"written {seqs}, replaced in the mailbox {r.replaced}")
+    assert seqs == sorted(seqs) and len(seqs) + r.replaced == 8
+    assert len(made) == 2 and all(core.given for core in made)  # both workers were used
+    for item in got:
+        check_depth(item, pipeline)
+        assert item.workers == 2 and item.depth.random_init
+    assert r.inference.counters.holding == 0
+
+
+def test_a_new_frame_goes_to_an_idle_worker_then_the_oldest_finishes_first(
+    models: Path,
+) -> None:
+    """Two workers: frame 2 is submitted while frame 1 computes. With both busy, the
+    frames that come meanwhile wait in the one-slot mailbox (the newest wins) and the
+    one taken goes to the worker of the oldest frame, once that is collected. (Frame
+    0 is the warm-up: until a core has run once, its time is unknown and the next
+    frame is not waited for.)"""
+    pipeline, made = fake_pipeline(models, workers=2, delay=0.4)
+    with running(pipeline) as r:
+        r.put(0)
+        r.take(1)
+        r.put(1)
+        time.sleep(0.05)
+        r.put(2)
+        time.sleep(0.05)
+        for seq in (3, 4, 5):  # both workers busy: only the newest survives
+            r.put(seq)
+            time.sleep(0.01)
+        got = r.take(3)
+    log = events(made[0])
+    print(log)
+    assert [item.frame.seq for item in got] == [1, 2, 5] and r.replaced == 2
+    assert log.index(("submit", 1, 0)) < log.index(("collect", 0, 1))  # idle worker used
+    # Frame 5 went to core 0 (its frame 1 was the oldest), after frame 1 was collected.
+    assert log.index(("collect", 0, 1)) < log.index(("submit", 0, 2))
+    assert made[0].given == 3 and made[1].given == 1
+
+
+def test_one_worker_takes_the_next_frame_just_before_the_core_is_done(models: Path) -> None:
+    """One worker: frames arriving while the core computes are not taken at once;
+    the freshest one is taken shortly before the core is due, and submitted right
+    after the collect."""
+    pipeline, made = fake_pipeline(models, delay=0.3)
+    with running(pipeline) as r:
+        r.put(0)
+        r.take(1)  # the core's time is now known (~0.3 s)
+        r.put(1)
+        time.sleep(0.05)
+        for seq in (2, 3, 4, 5):
+            r.put(seq)
+            time.sleep(0.04)
+        got = r.take(2)
+    assert [item.frame.seq for item in got] == [1, 5]  # not 2: the freshest
+    log = events(made[0])
+    assert log == [("submit", 0, n) if i % 2 == 0 else ("collect", 0, n)
+                   for n in range(3) for i in range(2)]  # fmt: skip
+
+
+def test_a_reload_mid_flight_finishes_the_old_pipelines_frame_first(models: Path) -> None:
+    old, old_cores = fake_pipeline(models, delay=0.3)
+    new, new_cores = fake_pipeline(models, delay=0.05)
+    with running(old) as r:
+        r.put(0)
+        time.sleep(0.1)  # frame 0 is in the old core
+        r.inference.offer(new)
+        r.put(1)
+        got = r.take(2)
+        assert r.inference.pipeline is new
+    assert [item.frame.seq for item in got] == [0, 1]
+    assert events(old_cores[0]) == [("submit", 0, 0), ("collect", 0, 0)]
+    assert old_cores[0].closed  # the old pipeline was closed once its frame was out
+    assert new_cores[0].given == 1 and new_cores[0].closed  # closed at the end
+
+
+def test_a_failing_core_costs_its_frame_only_and_says_why(models: Path) -> None:
+    pipeline, made = fake_pipeline(models, delay=0.02, fail=(1,))
+    with running(pipeline) as r:
+        for seq in range(4):
+            r.put(seq)
+            if seq != 1:
+                r.take(1)
+            else:
+                time.sleep(0.2)
+        counters = r.inference.counters
+    assert counters.failed == {"preprocess": 0, "core": 1, "postprocess": 0}
+    assert counters.last_error == "core: scripted failure of image 1"
+    assert counters.holding == 0
+    assert [e for e in events(made[0]) if e[0] == "fail"] == [("fail", 0, 1)]
+
+
+def test_fake_cores_get_the_shape_the_pipeline_chose(tmp_path: Path) -> None:
+    """FakeCore takes its shape from the CoreSpec, which the pipeline fills from the
+    manifest: the choice of shape is the real Pipeline's."""
+    models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
+    pipeline, made = fake_pipeline(models)
+    with pipeline:
+        job = pipeline.prepare(np.zeros((60, 40, 3), np.uint8), name="tall")
+        assert job.used == (56, 42) and made[0].spec.shape == (56, 42)
