@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Daemon frames/s, old code against new, in paired alternating rounds.
+
+    uv run --frozen --no-sync python scripts/bench-daemon-ab.py --old REV [--rounds 5]
+
+Each round runs `da3-edge run` twice on the same replay (1200x1600 photo-like JPEGs,
+delivered faster than the daemon can keep up), once from ``REV`` (a `git archive` of
+it, imported first through PYTHONPATH) and once from the working tree, in
+alternating order (old-new, new-old, ...) so that a machine warming up or slowing
+down weighs on both alike. Frames/s is the sustained rate after ``--warmup`` frames,
+from the store's own frame.json timestamps. The verdict is the median of the
+per-round new/old ratios against ``--min-ratio`` (0.98). Prints a JSON report;
+``--out FILE`` also writes it. Compare only figures from one run: machines differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def checkout(rev: str, into: Path) -> str:
+    """The package of ``rev`` (its edge/), unpacked into ``into``; its full hash."""
+    full = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    tar = subprocess.run(
+        ["git", "archive", full, "edge"], cwd=ROOT, capture_output=True, check=True
+    )
+    with tarfile.open(fileobj=BytesIO(tar.stdout)) as archive:
+        archive.extractall(into, filter="data")
+    return full
+
+
+def one_run(
+    code: Path, models: Path, replay: Path, work: Path, args: argparse.Namespace
+) -> dict[str, float]:
+    store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
+    config = work / "daemon.toml"
+    total = args.warmup + args.frames
+    # The default config but a ring that keeps every frame for counting.
+    config.write_text(f"[store]\nkeep_frames = {total}\nmax_bytes = {total << 25}\n")
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    env.pop("NOTIFY_SOCKET", None)
+    argv = [
+        sys.executable, "-m", "edge", "run", "--config", str(config),
+        "--source", f"replay:{replay}@{args.fps:g}", "--store", str(store),
+        "--models", str(models), "--max-frames", str(total),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, cwd=code, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"{code}: da3-edge run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    records = sorted(
+        (json.loads(p.read_text()) for p in (store / "frames").glob("*/frame.json")),
+        key=lambda r: r["store_seq"],
+    )
+    shutil.rmtree(store, ignore_errors=True)
+    steady = [r for r in records if r["store_seq"] >= args.warmup]
+    if len(steady) < 2:
+        raise SystemExit(f"{code}: {len(records)} frames written; too few to measure")
+    span = steady[-1]["t_written"] - steady[0]["t_written"]
+    return {
+        "fps": (len(steady) - 1) / span,
+        "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--old", required=True, metavar="REV", help="the code to compare against")
+    p.add_argument(
+        "--models",
+        type=Path,
+        default=ROOT / ".cache" / "tests" / "full",
+        help="model directory (default: the tests' full-size random-init models)",
+    )
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--frames", type=int, default=30, help="frames measured per run")
+    p.add_argument("--warmup", type=int, default=5, help="frames written before measuring")
+    p.add_argument("--fps", type=float, default=30.0, help="replay rate (above the daemon's)")
+    p.add_argument("--min-ratio", type=float, default=0.98)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    if args.rounds < 1 or args.frames < 2:
+        p.error("--rounds must be >= 1 and --frames >= 2")
+    sys.path.insert(0, str(ROOT))
+    from edge import bench
+    from edge import platform as edge_platform
+
+    work = Path(tempfile.mkdtemp(prefix="da3-daemon-ab-", dir=os.environ.get("XDG_RUNTIME_DIR")))
+    try:
+        old_code = work / "old"
+        old_rev = checkout(args.old, old_code)
+        new_rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.strip()  # fmt: skip
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "edge"], cwd=ROOT,
+                                    capture_output=True, text=True).stdout.strip())  # fmt: skip
+        replay = work / "replay"
+        replay.mkdir()
+        for i in range(4):
+            (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
+        rounds = []
+        for i in range(args.rounds):
+            order = ("old", "new") if i % 2 == 0 else ("new", "old")
+            got: dict[str, dict[str, float]] = {}
+            for which in order:
+                code = old_code if which == "old" else ROOT
+                got[which] = one_run(code, args.models, replay, work, args)
+            ratio = got["new"]["fps"] / got["old"]["fps"]
+            rounds.append({"order": list(order), **got, "new_over_old": round(ratio, 4)})
+            print(
+                f"round {i + 1}/{args.rounds} ({order[0]} first): old {got['old']['fps']:.3f} "
+                f"new {got['new']['fps']:.3f} frames/s, new/old {ratio:.3f}",
+                file=sys.stderr,
+            )
+        median = statistics.median(r["new_over_old"] for r in rounds)
+        report = {
+            "what": "da3-edge run frames/s, paired alternating rounds, same replay and models",
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {
+                "platform": platform.platform(),
+                "cpu": edge_platform.cpu_features().model,
+                "cores": os.cpu_count(),
+            },
+            "old": old_rev,
+            "new": new_rev + (" + working tree" if dirty else ""),
+            "models": str(args.models),
+            "replay": {"size": "1200x1600", "fps": args.fps},
+            "frames": args.frames,
+            "warmup": args.warmup,
+            "rounds": rounds,
+            "median_new_over_old": round(median, 4),
+            "min_ratio": args.min_ratio,
+            "pass": median >= args.min_ratio,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0 if report["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
