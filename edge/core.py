@@ -119,6 +119,29 @@ class CoreLike(Protocol):
     def close(self) -> None: ...
 
 
+class Halves(Closing):
+    """A core whose own steps are ``submit`` and ``collect`` (a worker process, a
+    fake): ``run`` and ``shape`` follow from them."""
+
+    input_shape: tuple[int, int, int, int]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The (height, width) this model takes."""
+        return self.input_shape[2], self.input_shape[3]
+
+    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
+        self.submit(image)
+        return self.collect()
+
+    def submit(self, image: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def collect(self) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
 def check_spec_shape(spec: CoreSpec, input_shape: tuple[int, ...]) -> None:
     """``ModelCorrupt`` when a model's input is not the shape its manifest promises."""
     if spec.shape is not None and tuple(input_shape[2:]) != spec.shape:

@@ -39,8 +39,7 @@ from typing import IO, Any, NoReturn
 import numpy as np
 
 from edge import errors
-from edge.closing import Closing
-from edge.core import Core, CoreSpec, check_input
+from edge.core import Core, CoreSpec, Halves, check_input
 from edge.errors import EdgeError
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ _REPLY = struct.Struct("<Bd")
 _ERRORS = {"ModelNotFound": errors.ModelNotFound, "ModelCorrupt": errors.ModelCorrupt}
 
 
-class ProcessCore(Closing):
+class ProcessCore(Halves):
     """A ``Core`` run by a worker process: same constructor arguments, same ``run``."""
 
     def __init__(self, spec: CoreSpec | str | os.PathLike[str], **options: Any) -> None:
@@ -109,15 +108,6 @@ class ProcessCore(Closing):
         self.fp16_arithmetic: bool = reply["fp16_arithmetic"]
         self.released_bytes: int = reply["released_bytes"]
         self.pid = proc.pid
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.input_shape[2], self.input_shape[3]
-
-    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Depth and confidence for one normalised (1, 3, h, w) float32 image."""
-        self.submit(image)
-        return self.collect()
 
     def submit(self, image: np.ndarray) -> None:
         """Send one image to the worker and return at once; ``collect`` gets the

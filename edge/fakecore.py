@@ -23,15 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from edge.closing import Closing
-from edge.core import CoreSpec, check_input
+from edge.core import CoreSpec, Halves, check_input
 from edge.errors import EdgeError
 from edge.models import Artifact, Manifest, sha256_file
 
 FAKE_WEIGHTS = "fake-core"
 
 
-class FakeCore(Closing):
+class FakeCore(Halves):
     """A ``CoreLike`` that computes nothing, on a script."""
 
     def __init__(
@@ -82,14 +81,6 @@ class FakeCore(Closing):
             return core
 
         return open_core, made
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.input_shape[2], self.input_shape[3]
-
-    def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        self.submit(image)
-        return self.collect()
 
     def submit(self, image: np.ndarray) -> None:
         if self.closed:
