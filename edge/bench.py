@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import platform as _platform
 import shutil
 import statistics
@@ -217,3 +218,18 @@ def git_revision() -> str:
 
 def to_json(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+
+def tmpfs_dir() -> str | None:
+    """A writable tmpfs directory: $XDG_RUNTIME_DIR or /dev/shm, if mounted as tmpfs."""
+    try:
+        mounts = {
+            fields[1]: fields[2]
+            for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines())
+        }
+    except OSError:
+        return None
+    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
+        if candidate and mounts.get(candidate) == "tmpfs" and os.access(candidate, os.W_OK):
+            return candidate
+    return None

@@ -4,7 +4,7 @@
     uv run --frozen --no-sync python scripts/bench-daemon-ab.py --old REV [--rounds 5]
 
 Each round runs `da3-edge run` twice on the same replay (1200x1600 photo-like JPEGs,
-delivered faster than the daemon can keep up), once from ``REV`` (a `git archive` of
+delivered faster than the daemon keeps up; the store on a tmpfs), once from ``REV`` (a `git archive` of
 it, imported first through PYTHONPATH) and once from the working tree, in
 alternating order (old-new, new-old, ...) so that a machine warming up or slowing
 down weighs on both alike. Frames/s is the sustained rate after ``--warmup`` frames,
@@ -91,7 +91,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--frames", type=int, default=30, help="frames measured per run")
     p.add_argument("--warmup", type=int, default=5, help="frames written before measuring")
-    p.add_argument("--fps", type=float, default=30.0, help="replay rate (above the daemon's)")
+    p.add_argument("--fps", type=float, default=10.0, help="replay rate (above the daemon's)")
     p.add_argument("--min-ratio", type=float, default=0.98)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
@@ -101,7 +101,8 @@ def main() -> int:
     from edge import bench
     from edge import platform as edge_platform
 
-    work = Path(tempfile.mkdtemp(prefix="da3-daemon-ab-", dir=os.environ.get("XDG_RUNTIME_DIR")))
+    # On a tmpfs, as the daemon's store is under systemd (RuntimeDirectory).
+    work = Path(tempfile.mkdtemp(prefix="da3-daemon-ab-", dir=bench.tmpfs_dir()))
     try:
         old_code = work / "old"
         old_rev = checkout(args.old, old_code)
@@ -140,6 +141,7 @@ def main() -> int:
             "new": new_rev + (" + working tree" if dirty else ""),
             "models": str(args.models),
             "replay": {"size": "1200x1600", "fps": args.fps},
+            "store": str(work),
             "frames": args.frames,
             "warmup": args.warmup,
             "rounds": rounds,

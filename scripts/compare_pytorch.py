@@ -213,7 +213,7 @@ def daemon_fps(
         (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
     # The store on a tmpfs, as the daemon's default store is (/run/da3-edge, systemd's
     # RuntimeDirectory) when one is at hand; else the work directory (said in the JSON).
-    tmpfs = _tmpfs_dir()
+    tmpfs = bench.tmpfs_dir()
     store = Path(tempfile.mkdtemp(prefix="da3-compare-store-", dir=tmpfs or work)) / "store"
     # The default config, except a ring big enough to keep every frame for counting
     # (the default 256 MiB holds ~13 of these 19 MB frames).
@@ -294,21 +294,6 @@ def daemon_rounds(
         middle = sorted(runs, key=lambda r: r["ratio_to_core_rate"])[len(runs) // 2]
         out[workers] = {**middle, "rounds": runs, "ratio_range": [min(ratios), max(ratios)]}
     return out
-
-
-def _tmpfs_dir() -> str | None:
-    """A writable tmpfs directory: $XDG_RUNTIME_DIR or /dev/shm, if mounted as tmpfs."""
-    try:
-        mounts = {
-            fields[1]: fields[2]
-            for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines())
-        }
-    except OSError:
-        return None
-    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), "/dev/shm"):
-        if candidate and mounts.get(candidate) == "tmpfs" and os.access(candidate, os.W_OK):
-            return candidate
-    return None
 
 
 def main() -> int:
