@@ -22,6 +22,7 @@ COMMANDS = {
         "convert DA3-small weights to LiteRT models (needs the export environment)",
     ),
     "run": ("edge.commands.run", "the camera daemon: continuous capture -> relative-depth frames"),
+    "serve": ("edge.commands.serve", "the store live over HTTP: newest frame, events, health"),
     "doctor": ("edge.commands.doctor", "check this machine: CPU, LiteRT, models, cameras, store"),
     "bench": ("edge.commands.bench", "benchmark: latency per stage, load, cold start, peak RSS"),
     "models": (

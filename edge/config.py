@@ -1,4 +1,5 @@
-"""The daemon's configuration: one TOML file, validated, every error naming its key.
+"""The configuration of the daemon and its companions: one TOML file, validated, every
+error naming its key.
 
 The shipped default (``edge/data/da3-edge.toml``) documents every key and the flag
 that overrides it. ``load`` reads a file over those defaults; an unknown key, a wrong
@@ -11,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from edge.errors import ConfigError
-from edge.frames import FORMATS
+from edge.layout import FORMATS
 from edge.models import PRECISIONS
 from edge.stages import BACKENDS
 
@@ -64,12 +66,23 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token_file: str = ""
+    basic_auth_file: str = ""
+    max_age: float = 10.0
+    clients: int = 8
+
+
+@dataclass(frozen=True)
 class Config:
     camera: CameraConfig = field(default_factory=CameraConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     path: str | None = None
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
 
 SECTIONS: dict[str, type] = {
@@ -77,7 +90,10 @@ SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "store": StoreConfig,
     "daemon": DaemonConfig,
+    "serve": ServeConfig,
 }
+# What `da3-edge run` checks; a companion (serve) checks its own section and the store.
+DAEMON_PARTS = ("camera", "model", "store", "daemon")
 
 
 def default_text() -> str:
@@ -130,8 +146,9 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported value {value!r}")  # pragma: no cover
 
 
-def parse(text: str, path: str | None = None) -> Config:
-    """A Config from TOML text over the defaults; ConfigError on anything wrong."""
+def parse(text: str, path: str | None = None, parts: Collection[str] = DAEMON_PARTS) -> Config:
+    """A Config from TOML text over the defaults; ConfigError on anything wrong (every
+    section's keys and types; the values of the ``parts`` the caller uses)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -154,18 +171,30 @@ def parse(text: str, path: str | None = None) -> Config:
             values[key] = _coerce(raw, getattr(defaults, key), _where(path, text, name, key))
         sections[name] = cls(**values)
     config = Config(**sections, path=path)
-    validate(config, text)
+    validate(config, text, parts)
     return config
 
 
-def validate(config: Config, text: str = "") -> None:
-    """Value checks (ranges, choices), each naming its key."""
+def validate(config: Config, text: str = "", parts: Collection[str] = DAEMON_PARTS) -> None:
+    """Value checks (ranges, choices) of the sections in ``parts``, each naming its key."""
     path = config.path
 
     def fail(section: str, key: str, message: str) -> None:
         raise ConfigError(f"{_where(path, text, section, key)} {message}")
 
-    cam, model, store, daemon = config.camera, config.model, config.store, config.daemon
+    if "store" in parts:
+        _validate_store(config.store, fail)
+    if "serve" in parts:
+        _validate_serve(config.serve, fail)
+    if "camera" in parts:
+        _validate_daemon(config, fail)
+
+
+Fail = Callable[[str, str, str], None]
+
+
+def _validate_daemon(config: Config, fail: Fail) -> None:
+    cam, model, daemon = config.camera, config.model, config.daemon
     from edge.camera import open_source
     from edge.errors import UsageError
 
@@ -191,6 +220,15 @@ def validate(config: Config, text: str = "") -> None:
         fail("model", "threads", "must be 0 (auto) or more")
     if not 1 <= model.workers <= 8:
         fail("model", "workers", "must be 1 to 8")
+    if daemon.stuck_after < 2 * cam.timeout:
+        fail(
+            "daemon", "stuck_after", f"must be at least twice camera.timeout ({2 * cam.timeout:g})"
+        )
+    if daemon.status_every <= 0:
+        fail("daemon", "status_every", "must be positive")
+
+
+def _validate_store(store: StoreConfig, fail: Fail) -> None:
     if store.keep_frames < 1:
         fail("store", "keep_frames", "must be at least 1")
     if store.max_bytes < 1_000_000:
@@ -204,15 +242,20 @@ def validate(config: Config, text: str = "") -> None:
         fail("store", "persist_every", "must be positive")
     if store.persist_keep < 1:
         fail("store", "persist_keep", "must be at least 1")
-    if daemon.stuck_after < 2 * cam.timeout:
-        fail(
-            "daemon", "stuck_after", f"must be at least twice camera.timeout ({2 * cam.timeout:g})"
-        )
-    if daemon.status_every <= 0:
-        fail("daemon", "status_every", "must be positive")
 
 
-def load(path: str | os.PathLike[str] | None) -> Config:
+def _validate_serve(serve: ServeConfig, fail: Fail) -> None:
+    if not serve.host:
+        fail("serve", "host", "must be an address, e.g. 127.0.0.1")
+    if not 0 <= serve.port <= 65535:
+        fail("serve", "port", "must be 0 to 65535 (0: any free port)")
+    if serve.max_age <= 0:
+        fail("serve", "max_age", "must be positive")
+    if not 1 <= serve.clients <= 256:
+        fail("serve", "clients", "must be 1 to 256")
+
+
+def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PARTS) -> Config:
     """The defaults, or a file over them."""
     if path is None:
         return Config()
@@ -221,7 +264,7 @@ def load(path: str | os.PathLike[str] | None) -> Config:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the config ({exc.strerror or exc})") from None
-    return parse(text, str(p))
+    return parse(text, str(p), parts)
 
 
 def with_overrides(config: Config, **flags: Any) -> Config:

@@ -32,9 +32,8 @@ import numpy as np
 
 from edge import __version__, atomic
 from edge.depth import DepthFrame
-
-FORMATS = ("png", "npz", "preview", "json")
-SUFFIXES = {"png": ".depth.png", "npz": ".npz", "preview": ".preview.png", "json": ".json"}
+from edge.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
+from edge.layout import SUFFIXES as SUFFIXES
 
 # Inferno as a degree-6 polynomial per channel (Matt Zucker's fit of matplotlib's map).
 _INFERNO = np.array(

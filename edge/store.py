@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -31,25 +32,8 @@ from typing import Any
 
 from edge import atomic, frames
 from edge.depth import DepthFrame
-
-FRAMES = "frames"
-LATEST = "latest"
-STEM = "frame"
-
-
-def default_store_dir() -> Path:
-    """``$DA3_EDGE_STORE``, else systemd's ``$RUNTIME_DIRECTORY``, else /run/da3-edge
-    when writable, else ``$XDG_RUNTIME_DIR/da3-edge``, else /tmp/da3-edge-<uid>."""
-    for env in ("DA3_EDGE_STORE", "RUNTIME_DIRECTORY"):
-        value = os.environ.get(env)
-        if value:
-            return Path(value.split(":")[0])
-    if os.access("/run", os.W_OK):
-        return Path("/run/da3-edge")
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return Path(xdg) / "da3-edge"
-    return Path(f"/tmp/da3-edge-{os.getuid()}")
+from edge.layout import FRAMES, LATEST, STEM, STORE_ID
+from edge.layout import default_store_dir as default_store_dir  # re-exported
 
 
 def _dir_bytes(path: Path) -> int:
@@ -87,6 +71,7 @@ class FrameStore:
         self._next_seq = 0
         self._last_persist = float("-inf")
         self.ready = False
+        self.instance = ""  # the store-id, once prepared
 
     def prepare(self) -> None:
         """Create the directories, drop leftovers of interrupted writes, index the
@@ -102,9 +87,25 @@ class FrameStore:
         self._next_seq = max(self._sizes, default=-1) + 1
         for stale in self.root.glob(f".{LATEST}.*"):
             stale.unlink(missing_ok=True)
+        self.instance = self._instance_id()
         if self.persist_dir is not None:
             self.persist_dir.mkdir(parents=True, exist_ok=True)
         self.ready = True
+
+    def _instance_id(self) -> str:
+        """This store's id (``store-id``, made at its first prepare): a store on /run is
+        made anew at boot and its frame numbers start again at 0; the id says which
+        store a number belongs to (serve's ETags)."""
+        path = self.root / STORE_ID
+        try:
+            text = path.read_text().strip()
+            if text:
+                return text
+        except FileNotFoundError:
+            pass
+        text = secrets.token_hex(8)
+        atomic.write_bytes(path, (text + "\n").encode(), durable=False)
+        return text
 
     @property
     def count(self) -> int:

@@ -18,14 +18,7 @@ one thread; what each owns is in its docstring.
 
 from __future__ import annotations
 
-import logging
-import os
-
 from edge.daemon.service import Daemon
+from edge.log import setup_logging
 
 __all__ = ["Daemon", "setup_logging"]
-
-
-def setup_logging() -> None:
-    level = logging.DEBUG if os.environ.get("DEBUG") == "1" else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

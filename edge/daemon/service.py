@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -157,7 +158,12 @@ class Daemon:
                 "state": camera_state,
                 "reason": camera_reason,
             },
-            "store": {"dir": str(self.store.root), "state": store_state, "reason": store_reason},
+            "store": {
+                "dir": str(self.store.root),
+                "id": self.store.instance,
+                "state": store_state,
+                "reason": store_reason,
+            },
             "counters": self.counters(),
             "window": self.writer.window.summary(),
         }
@@ -192,7 +198,7 @@ class Daemon:
                 self.inference.offer(self.open_pipeline(new.model))  # adopted between frames
             except EdgeError as exc:
                 log.error("reload: keeping the running model: %s", exc)
-                new = config_mod.Config(new.camera, old.model, new.store, new.daemon, new.path)
+                new = replace(new, model=old.model)
         if new.store != old.store:
             self.store = make_store(new.store)
         if new.store != old.store or new.camera.source != old.camera.source:

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge import atomic, platform
+from edge import atomic, layout, platform
 from edge.config import Config
 from edge.daemon.writer import iso
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edge.daemon")
 FORMAT = 1
-NAME = "status.json"
+NAME = layout.STATUS
 
 
 def config_digest(config: Config) -> str:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from edge.errors import UsageError
+
+if TYPE_CHECKING:  # the config imports BACKENDS; numpy only where a backend loads
+    import numpy as np
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

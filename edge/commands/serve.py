@@ -1,0 +1,52 @@
+"""``da3-edge serve``: the store live over HTTP (see ``edge.serve``).
+
+Exit codes: 0 after a clean stop, 1 for a config error or an address it cannot
+listen on (one line), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from edge import config as config_mod
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge serve",
+        description=(
+            "Serve the frame store read-only over HTTP: the newest frame (/latest.json, "
+            "/latest.jpg, /latest.png, /latest.npz, /latest.preview.png), its events "
+            "(/events), the daemon's status (/api/status) and health (/healthz). Binds "
+            "127.0.0.1; any other address needs serve.token_file or serve.basic_auth_file."
+        ),
+    )
+    p.add_argument("--config", metavar="FILE", help="the daemon's TOML config ([serve], [store])")
+    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
+    p.add_argument("--host", metavar="ADDR", help="address to listen on (config serve.host)")
+    p.add_argument(
+        "--port", type=int, metavar="N", help="port, 0 = any free one (config serve.port)"
+    )
+    return p
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    config = config_mod.load(ns.config, parts=("store", "serve"))
+    serve = config.serve
+    if ns.host is not None:
+        serve = replace(serve, host=ns.host)
+    if ns.port is not None:
+        serve = replace(serve, port=ns.port)
+    config = replace(config, serve=serve)
+    config_mod.validate(config, parts=("serve",))
+    from edge.layout import default_store_dir
+    from edge.log import setup_logging
+    from edge.serve import run
+
+    setup_logging()
+    store = Path(ns.store or config.store.dir or default_store_dir())
+    return run(config, store)

@@ -1,0 +1,37 @@
+"""Names on disk: the output formats of a frame and the frame store's layout.
+
+Its own module, free of numpy, so that what only reads a store (``da3-edge serve``,
+the MQTT publisher) and the config can know the names without loading the writers.
+See docs/reference/store.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# What a frame is written as, and each format's file suffix after the stem.
+FORMATS = ("png", "npz", "preview", "json")
+SUFFIXES = {"png": ".depth.png", "npz": ".npz", "preview": ".preview.png", "json": ".json"}
+
+# The store: frames/<10-digit seq>/frame.<suffix>, `latest` pointing at the newest.
+FRAMES = "frames"
+LATEST = "latest"
+STEM = "frame"
+STATUS = "status.json"  # the daemon's state (edge/daemon/status.py)
+STORE_ID = "store-id"  # one random id per store instance: frame numbers restart with it
+
+
+def default_store_dir() -> Path:
+    """``$DA3_EDGE_STORE``, else systemd's ``$RUNTIME_DIRECTORY``, else /run/da3-edge
+    when writable, else ``$XDG_RUNTIME_DIR/da3-edge``, else /tmp/da3-edge-<uid>."""
+    for env in ("DA3_EDGE_STORE", "RUNTIME_DIRECTORY"):
+        value = os.environ.get(env)
+        if value:
+            return Path(value.split(":")[0])
+    if os.access("/run", os.W_OK):
+        return Path("/run/da3-edge")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "da3-edge"
+    return Path(f"/tmp/da3-edge-{os.getuid()}")

@@ -1,0 +1,69 @@
+"""``da3-edge serve``: a read-only companion that shows the store live over HTTP.
+
+It reads files only (the frames and ``status.json``), so the daemon needs no
+network and a crash of either never harms the other. Loopback by default; another
+address needs credentials (``edge.serve.auth``). Light: no numpy, no LiteRT (Pillow
+only once a JPEG is asked for).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+from edge.config import Config
+from edge.errors import ConfigError
+from edge.systemd import Notifier
+
+log = logging.getLogger("edge.serve")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: any free one); ConfigError, one line, if not."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        raise ConfigError(
+            f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})"
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+def run(config: Config, store: Path) -> int:
+    """Serve ``store`` as ``config.serve`` says until SIGTERM/SIGINT; 0 after a clean stop."""
+    import uvicorn
+
+    from edge.serve.app import make_app
+    from edge.serve.auth import Guard, check_bind, credentials
+
+    serve = config.serve
+    creds = credentials(serve)
+    check_bind(serve.host, creds)
+    sock = listen(serve.host, serve.port)
+    host, port = sock.getsockname()[:2]
+    app = make_app(
+        store, clients=serve.clients, max_age=serve.max_age,
+        status_every=config.daemon.status_every,
+    )  # fmt: skip
+    guarded = Guard(app, creds)
+    server = uvicorn.Server(
+        uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="on")
+    )
+    shown = f"[{host}]" if ":" in host else host
+    log.info(
+        "serving %s on http://%s:%d/%s",
+        store,
+        shown,
+        port,
+        " (credentials required)" if creds else "",
+    )
+    Notifier.from_env().ready(f"serving {store} on {shown}:{port}")
+    server.run(sockets=[sock])
+    return 0

@@ -1,0 +1,210 @@
+"""serve's HTTP surface: read-only, over the files in the store (docs/reference/serve.md).
+
+No endpoint writes anything and no path comes from the request: each route names
+one file of the newest frame or the store. A frame pruned while it is being sent
+stays readable (it was opened first); one pruned before that is resolved again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from edge import layout
+from edge.serve.hub import Hub, Newest
+
+NO_STORE = {"Cache-Control": "no-store"}
+CHUNK = 256 * 1024
+FILES = {  # route -> (format, media type)
+    "/latest.png": ("png", "image/png"),
+    "/latest.npz": ("npz", "application/octet-stream"),
+    "/latest.preview.png": ("preview", "image/png"),
+}
+
+
+def _unavailable(reason: str) -> PlainTextResponse:
+    return PlainTextResponse(reason + "\n", 503, headers={**NO_STORE, "Retry-After": "1"})
+
+
+def _not_modified(request: Request, newest: Newest) -> bool:
+    given = request.headers.get("if-none-match", "")
+    return newest.etag in (tag.strip() for tag in given.split(","))
+
+
+def _headers(newest: Newest) -> dict[str, str]:
+    return {**NO_STORE, "ETag": newest.etag, "X-Frame-Seq": str(newest.seq)}
+
+
+async def _file_chunks(fd: int) -> AsyncIterator[bytes]:
+    try:
+        while chunk := await asyncio.to_thread(os.read, fd, CHUNK):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -> Starlette:
+    """The app over the store at ``root``; see the module docstring."""
+    hub = Hub(root, clients)
+    jpeg_cache: dict[str, bytes] = {}  # one entry: the newest frame's JPEG
+
+    def newest_or_503() -> Newest | Response:
+        newest = hub.read_newest()
+        if newest is None:
+            state = "no frame in the store yet" if root.is_dir() else f"no store at {root}"
+            return _unavailable(state)
+        return newest
+
+    async def latest_json(request: Request) -> Response:
+        newest = newest_or_503()
+        if isinstance(newest, Response):
+            return newest
+        if _not_modified(request, newest):
+            return Response(status_code=304, headers=_headers(newest))
+        return JSONResponse(newest.record, headers=_headers(newest))
+
+    async def latest_file(request: Request) -> Response:
+        fmt, media = FILES[request.url.path]
+        for _ in range(3):
+            newest = newest_or_503()
+            if isinstance(newest, Response):
+                return newest
+            if _not_modified(request, newest):
+                return Response(status_code=304, headers=_headers(newest))
+            try:
+                fd = os.open(newest.path / f"{layout.STEM}{layout.SUFFIXES[fmt]}", os.O_RDONLY)
+            except FileNotFoundError:
+                if not (newest.path / f"{layout.STEM}{layout.SUFFIXES['json']}").exists():
+                    continue  # pruned meanwhile: the next newest
+                return _unavailable(f"this store does not write {fmt} (store.formats)")
+            size = os.fstat(fd).st_size
+            headers = {**_headers(newest), "Content-Length": str(size)}
+            return StreamingResponse(_file_chunks(fd), media_type=media, headers=headers)
+        return _unavailable("frames are being pruned faster than they can be read")
+
+    async def latest_jpg(request: Request) -> Response:
+        newest = newest_or_503()
+        if isinstance(newest, Response):
+            return newest
+        if _not_modified(request, newest):
+            return Response(status_code=304, headers=_headers(newest))
+        data = jpeg_cache.get(newest.etag)
+        if data is None:
+            preview = newest.path / f"{layout.STEM}{layout.SUFFIXES['preview']}"
+            try:
+                data = await asyncio.to_thread(_to_jpeg, preview.read_bytes())
+            except FileNotFoundError:
+                return _unavailable("no preview for the newest frame (store.formats)")
+            jpeg_cache.clear()
+            jpeg_cache[newest.etag] = data
+        return Response(data, media_type="image/jpeg", headers=_headers(newest))
+
+    async def api_status(request: Request) -> Response:
+        status = hub.status()
+        if status is None:
+            return _unavailable(f"no {layout.STATUS} in {root}: the daemon has not run here")
+        return JSONResponse(status, headers=NO_STORE)
+
+    async def healthz(request: Request) -> Response:
+        healthy, reason = health(hub, max_age=max_age, status_every=status_every)
+        code = 200 if healthy else 503
+        return PlainTextResponse(reason + "\n", code, headers=NO_STORE)
+
+    async def events(request: Request) -> Response:
+        sub = hub.subscribe()
+        if sub is None:
+            return _unavailable(f"too many clients (serve.clients = {clients})")
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                yield b"retry: 2000\n\n"
+                while True:
+                    try:
+                        item = await asyncio.wait_for(sub.queue.get(), 15.0)
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        continue
+                    if item is None:
+                        return  # dropped: too slow, or serve is stopping
+                    data = json.dumps(item.record, separators=(",", ":"))
+                    event_id = item.etag.strip('"')
+                    yield f"id: {event_id}\nevent: frame\ndata: {data}\n\n".encode()
+            finally:
+                hub.unsubscribe(sub)
+
+        headers = {**NO_STORE, "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    routes = [
+        Route("/latest.json", latest_json),
+        Route("/latest.jpg", latest_jpg),
+        *(Route(path, latest_file) for path in FILES),
+        Route("/api/status", api_status),
+        Route("/healthz", healthz),
+        Route("/events", events),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.hub = hub
+    return app
+
+
+def health(hub: Hub, *, max_age: float, status_every: float) -> tuple[bool, str]:
+    """(healthy, why): the daemon running, reporting, and its newest frame fresh."""
+    status = hub.status()
+    if status is None:
+        return False, f"daemon not running: no {layout.STATUS} in {hub.root}"
+    state = status.get("state")
+    if state != "running":
+        return False, f"daemon {state}"
+    updated = status.get("updated_at_unix")
+    stale_after = 3 * status_every + 2
+    now = time.time()
+    if not isinstance(updated, (int, float)) or now - updated > stale_after:
+        return False, f"daemon not reporting: {layout.STATUS} older than {stale_after:g} s"
+    newest = hub.read_newest()
+    written = newest.record.get("t_written") if newest is not None else None
+    if not isinstance(written, (int, float)) or now - written > max_age:
+        age = "no frame yet" if written is None else f"newest frame {now - written:.1f} s old"
+        cam, store = status.get("camera", {}), status.get("store", {})
+        return False, (
+            f"{age} (serve.max_age {max_age:g} s); camera {_said(cam)}, store {_said(store)}"
+        )
+    assert newest is not None
+    return True, f"ok: frame {newest.seq}, {now - written:.1f} s old"
+
+
+def _said(part: Any) -> str:
+    if not isinstance(part, dict):
+        return "unknown"
+    reason = part.get("reason")
+    return f"{part.get('state')}" + (f" ({reason})" if reason else "")
+
+
+def _to_jpeg(png: bytes) -> bytes:
+    from PIL import Image  # only for /latest.jpg (and the stream): a few MiB
+
+    with Image.open(io.BytesIO(png)) as image:
+        out = io.BytesIO()
+        image.convert("RGB").save(out, "JPEG", quality=85)
+        return out.getvalue()

@@ -1,0 +1,156 @@
+"""The store as serve sees it: the newest frame and the daemon's status, pushed.
+
+``Hub`` runs on serve's event loop. A ``Follower`` (edge/follow.py) tells it when
+``latest`` or ``status.json`` changes (its inotify fd is a loop reader; when
+polling, a task); each new frame's record goes to every subscriber of ``/events``.
+A subscriber's queue holds a few events: one that falls behind is dropped, never
+allowed to grow serve's memory or slow the others. At most ``clients`` subscribers
+at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edge import layout
+from edge.follow import Follower, Published, latest
+
+log = logging.getLogger("edge.serve")
+QUEUE = 4  # events a subscriber may fall behind by before it is dropped
+
+
+@dataclass(frozen=True)
+class Newest:
+    """The frame ``latest`` points at, with its record (frame.json)."""
+
+    seq: int
+    path: Path
+    record: dict[str, Any]
+    store_id: str
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.store_id}-{self.seq}"'
+
+
+class Subscriber:
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Newest | None] = asyncio.Queue(QUEUE)
+        self.dropped = False
+
+
+class Hub:
+    def __init__(self, root: Path, clients: int) -> None:
+        self.root = root
+        self.clients = clients
+        self.newest: Newest | None = None
+        self.subscribers: set[Subscriber] = set()
+        self.dropped_clients = 0
+        self._follower: Follower | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- reading the store -----------------------------------------------------------
+    def read_newest(self) -> Newest | None:
+        """The frame ``latest`` points at now; None if none, or pruned meanwhile."""
+        for _ in range(3):  # pruned between readlink and read: resolve again
+            published = latest(self.root)
+            if published is None:
+                return None
+            record = _read_json(published.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+            if record is not None:
+                return Newest(published.seq, published.path, record, self.store_id())
+        return None
+
+    def store_id(self) -> str:
+        try:
+            return (self.root / layout.STORE_ID).read_text().strip() or "0"
+        except OSError:
+            return "0"
+
+    def status(self) -> dict[str, Any] | None:
+        return _read_json(self.root / layout.STATUS)
+
+    # -- following -------------------------------------------------------------------
+    async def start(self) -> None:
+        self._follower = follower = Follower(self.root)
+        self.newest = self.read_newest()
+        fd = follower.fileno()
+        if fd is not None:
+            asyncio.get_running_loop().add_reader(fd, self._on_change)
+            # The root may not exist yet: inotify cannot watch it until it does.
+            self._poller = asyncio.create_task(self._retry_watch())
+        else:
+            self._poller = asyncio.create_task(self._poll())
+        log.info("following %s (%s)", self.root, follower.mode)
+
+    async def _retry_watch(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self._on_change()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            self._on_change()
+
+    def _on_change(self) -> None:
+        assert self._follower is not None
+        changed = self._follower.read()
+        if layout.LATEST not in changed:
+            return
+        newest = self.read_newest()
+        if newest is None or (self.newest is not None and newest.path == self.newest.path):
+            return
+        self.newest = newest
+        for sub in list(self.subscribers):
+            try:
+                sub.queue.put_nowait(newest)
+            except asyncio.QueueFull:
+                self._drop(sub)
+
+    def _drop(self, sub: Subscriber) -> None:
+        sub.dropped = True
+        self.subscribers.discard(sub)
+        self.dropped_clients += 1
+        with contextlib.suppress(asyncio.QueueEmpty):
+            sub.queue.get_nowait()
+        sub.queue.put_nowait(None)  # wakes it to leave
+
+    def subscribe(self) -> Subscriber | None:
+        """A new subscriber, or None when ``clients`` are already here."""
+        if len(self.subscribers) >= self.clients:
+            return None
+        sub = Subscriber()
+        self.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        if self._follower is not None:
+            fd = self._follower.fileno()
+            if fd is not None:
+                asyncio.get_running_loop().remove_reader(fd)
+            self._follower.close()
+        for sub in list(self.subscribers):
+            self._drop(sub)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+__all__ = ["Hub", "Newest", "Published", "Subscriber"]

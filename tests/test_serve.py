@@ -1,0 +1,263 @@
+"""`da3-edge serve` as a real process over a store the real daemon writes.
+
+HTTP through the standard library's client against serve's real uvicorn; the
+daemon is `python -m edge run` on the fake camera with the small exported model.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from .conftest import ROOT
+from .daemon_harness import DaemonProcess, frame_dirs
+from .test_daemon import write_config
+
+
+class Serve:
+    """A `da3-edge serve` process; ``port`` read from its log line."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge", "serve", "--port", "0", *args],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.port = 0
+        end = time.monotonic() + 20
+        while time.monotonic() < end and self.proc.poll() is None:
+            found = re.search(r"on http://[^:]+:(\d+)/", self.log)
+            if found:
+                self.port = int(found.group(1))
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"serve did not start:\n{self.log}")
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("GET", path, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+@contextmanager
+def serving(args: list[str], log: Path) -> Iterator[Serve]:
+    s = Serve(args, log)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def daemon(tmp_path: Path, store: Path, models: Path) -> DaemonProcess:
+    """The real daemon on the fake camera, in a directory of its own (one per start)."""
+    run = Path(tempfile.mkdtemp(dir=tmp_path, prefix="daemon-"))
+    cfg = write_config(run / "c.toml", "fake:fps:20", store, models)
+    return DaemonProcess(run, ["--config", str(cfg)])
+
+
+def test_the_newest_frame_its_files_and_its_status(small_models: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with (
+        daemon(tmp_path, store, small_models) as d,
+        serving(["--store", str(store)], tmp_path / "serve.log") as s,
+    ):
+        d.wait_for(lambda: len(frame_dirs(store)) >= 2, what="two frames")
+        code, headers, body = s.get("/latest.json")
+        assert code == 200 and headers["cache-control"] == "no-store"
+        record = json.loads(body)
+        store_id = (store / "store-id").read_text().strip()
+        assert headers["etag"] == f'"{store_id}-{record["store_seq"]}"'
+        assert record["random_init"] is True and "not metres" in record["depth"]["kind"]
+        code, _, _ = s.get("/latest.json", {"If-None-Match": headers["etag"]})
+        assert code in (200, 304)  # 200 only if a newer frame came in between
+        for path, check in (
+            ("/latest.png", lambda b: Image.open(io.BytesIO(b)).mode.startswith("I;16")),
+            ("/latest.preview.png", lambda b: Image.open(io.BytesIO(b)).format == "PNG"),
+            ("/latest.jpg", lambda b: Image.open(io.BytesIO(b)).format == "JPEG"),
+            ("/latest.npz", lambda b: np.load(io.BytesIO(b))["depth"].shape == (240, 320)),
+        ):
+            code, headers, body = s.get(path)
+            assert code == 200 and check(body), path
+            assert headers["etag"].startswith(f'"{store_id}-') and "x-frame-seq" in headers
+        code, _, body = s.get("/api/status")
+        status = json.loads(body)
+        assert code == 200 and status["format"] == 1 and status["state"] == "running"
+        assert status["store"]["id"] == store_id
+        code, _, body = s.get("/healthz")
+        assert code == 200 and body.startswith(b"ok: frame "), body
+        assert s.get("/nothing")[0] == 404
+        assert s.get("/latest.json/../../etc/passwd")[0] == 404
+        assert s.get("/%2e%2e/%2e%2e/etc/passwd")[0] == 404
+        code, _, _ = s.get("/latest.json", {"If-None-Match": 'W/"garbage, "x'})  # malformed
+        assert code == 200
+        assert d.stop() == 0
+    assert "Traceback" not in s.log, s.log
+
+
+def test_events_follow_the_store_frame_by_frame(small_models: Path, tmp_path: Path) -> None:
+    """/events: one event per written frame, in order, numbers as in the store."""
+    store = tmp_path / "store"
+    with (
+        daemon(tmp_path, store, small_models) as d,
+        serving(["--store", str(store)], tmp_path / "serve.log") as s,
+    ):
+        d.wait_for(lambda: frame_dirs(store), what="a frame")
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
+        conn.request("GET", "/events")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("content-type", "").startswith(
+            "text/event-stream"
+        )
+        seqs: list[int] = []
+        ids: list[str] = []
+        while len(seqs) < 5:
+            line = resp.readline().decode().rstrip("\n")
+            if line.startswith("data: "):
+                seqs.append(json.loads(line[6:])["store_seq"])
+            elif line.startswith("id: "):
+                ids.append(line[4:])
+        conn.close()
+        assert d.stop() == 0
+    print("events for frames", seqs)
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    # The daemon writes every frame it computes; serve saw each one (none skipped).
+    assert seqs == list(range(seqs[0], seqs[0] + 5)), seqs
+    store_id = (store / "store-id").read_text().strip()
+    assert ids == [f"{store_id}-{n}" for n in seqs]
+
+
+def test_healthz_follows_the_daemon_down_and_up(small_models: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cfg = write_config(
+        tmp_path / "c.toml", "fake:fps:20", store, small_models, serve={"max_age": 2.0}
+    )
+    with serving(["--config", str(cfg)], tmp_path / "serve.log") as s:
+        code, _, body = s.get("/healthz")
+        assert code == 503 and b"daemon not running" in body
+        with daemon(tmp_path, store, small_models) as d:
+            d.wait_for(lambda: s.get("/healthz")[0] == 200, what="healthy")
+            assert d.stop() == 0
+        code, _, body = s.get("/healthz")
+        assert code == 503 and b"daemon stopped" in body, body
+        with daemon(tmp_path, store, small_models) as d:
+            d.wait_for(lambda: s.get("/healthz")[0] == 200, what="healthy again")
+            d.signal(signal.SIGSTOP)  # hung: status.json stops, frames stop
+            try:
+                end = time.monotonic() + 10
+                while time.monotonic() < end and s.get("/healthz")[0] == 200:
+                    time.sleep(0.2)
+                code, _, body = s.get("/healthz")
+            finally:
+                d.signal(signal.SIGCONT)
+            assert code == 503 and b"newest frame" in body, body
+            assert d.stop() == 0
+
+
+def test_an_empty_or_missing_store_says_so_on_every_endpoint(tmp_path: Path) -> None:
+    with serving(["--store", str(tmp_path / "none")], tmp_path / "serve.log") as s:
+        for path in ("/latest.json", "/latest.png", "/latest.jpg", "/latest.npz", "/api/status"):
+            code, headers, body = s.get(path)
+            assert code == 503 and headers["retry-after"] == "1", path
+            assert b"no store at" in body or b"daemon has not run" in body, body
+        code, _, body = s.get("/healthz")
+        assert code == 503 and b"daemon not running" in body
+    (tmp_path / "empty" / "frames").mkdir(parents=True)
+    with serving(["--store", str(tmp_path / "empty")], tmp_path / "serve2.log") as s:
+        code, _, body = s.get("/latest.json")
+        assert code == 503 and body == b"no frame in the store yet\n"
+    assert "Traceback" not in s.log
+
+
+def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) -> None:
+    from .conftest import run_cli
+
+    proc = run_cli(["serve", "--host", "0.0.0.0", "--port", "0", "--store", str(tmp_path)])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "da3-edge: error: serve: refusing to listen on 0.0.0.0 without credentials; set "
+        "serve.token_file or serve.basic_auth_file (a file only you can read), or use 127.0.0.1"
+    ]
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    token.chmod(0o644)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[serve]\ntoken_file = "{token}"\n')
+    proc = run_cli(["serve", "--config", str(cfg), "--host", "0.0.0.0", "--port", "0"])
+    assert proc.returncode == 1 and "can be read by others (mode 644); chmod 600" in proc.stderr
+    token.chmod(0o600)
+    users = tmp_path / "users"
+    users.write_text("viewer:pa55\n")
+    users.chmod(0o600)
+    cfg.write_text(f'[serve]\ntoken_file = "{token}"\nbasic_auth_file = "{users}"\n')
+    with serving(
+        ["--config", str(cfg), "--host", "0.0.0.0", "--store", str(tmp_path)],
+        tmp_path / "serve.log",
+    ) as s:
+        code, headers, _ = s.get("/healthz")
+        assert code == 401 and headers["www-authenticate"] == 'Basic realm="da3-edge"'
+        assert s.get("/healthz", {"Authorization": "Bearer wrong"})[0] == 401
+        assert s.get("/healthz", {"Authorization": "Bearer s3cret-token"})[0] == 503  # no daemon
+        basic = base64.b64encode(b"viewer:pa55").decode()
+        assert s.get("/healthz", {"Authorization": f"Basic {basic}"})[0] == 503
+        assert s.get("/healthz", {"Authorization": "Basic !!notbase64"})[0] == 401
+        assert "(credentials required)" in s.log
+
+
+def test_serve_imports_no_numpy_and_no_litert() -> None:
+    code = (
+        "import sys\n"
+        "import edge.commands.serve, edge.serve, edge.serve.app, edge.serve.auth, edge.follow\n"
+        "bad = [m for m in ('numpy', 'ai_edge_litert', 'PIL') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_bad_port_is_one_line(port: str, tmp_path: Path) -> None:
+    from .conftest import run_cli
+
+    proc = run_cli(["serve", "--port", port, "--store", str(tmp_path)])
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "serve.port must be 0 to 65535" in proc.stderr
