@@ -9,23 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
 import time
 from collections.abc import AsyncIterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 from edge import layout
 from edge.serve.hub import Hub, Newest
+from edge.serve.metrics import Metrics
 
 NO_STORE = {"Cache-Control": "no-store"}
+BOUNDARY = b"da3edgeframe"
+PAGE = resources.files("edge").joinpath("data/live.html").read_text()
+CSP = "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"
 CHUNK = 256 * 1024
 FILES = {  # route -> (format, media type)
     "/latest.png": ("png", "image/png"),
@@ -58,7 +69,7 @@ async def _file_chunks(fd: int) -> AsyncIterator[bytes]:
 def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -> Starlette:
     """The app over the store at ``root``; see the module docstring."""
     hub = Hub(root, clients)
-    jpeg_cache: dict[str, bytes] = {}  # one entry: the newest frame's JPEG
+    metrics = Metrics(hub)
 
     def newest_or_503() -> Newest | Response:
         newest = hub.read_newest()
@@ -100,22 +111,50 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
             return newest
         if _not_modified(request, newest):
             return Response(status_code=304, headers=_headers(newest))
-        data = jpeg_cache.get(newest.etag)
+        data = await hub.jpeg(newest)
         if data is None:
-            preview = newest.path / f"{layout.STEM}{layout.SUFFIXES['preview']}"
-            try:
-                data = await asyncio.to_thread(_to_jpeg, preview.read_bytes())
-            except FileNotFoundError:
-                return _unavailable("no preview for the newest frame (store.formats)")
-            jpeg_cache.clear()
-            jpeg_cache[newest.etag] = data
+            return _unavailable("no preview for the newest frame (store.formats)")
         return Response(data, media_type="image/jpeg", headers=_headers(newest))
+
+    async def stream_mjpg(request: Request) -> Response:
+        sub = hub.subscribe()
+        if sub is None:
+            return _unavailable(f"too many clients (serve.clients = {clients})")
+
+        async def parts() -> AsyncIterator[bytes]:
+            # Each part is followed by the next boundary at once: a browser shows a
+            # part when it sees the boundary after it, not when the next frame comes.
+            try:
+                yield b"--" + BOUNDARY + b"\r\n"
+                item = hub.read_newest()
+                while True:
+                    data = await hub.jpeg(item) if item is not None else None
+                    if data is not None:
+                        head = f"Content-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
+                        yield head.encode() + data + b"\r\n--" + BOUNDARY + b"\r\n"
+                    item = await sub.queue.get()
+                    while not sub.queue.empty():  # behind: only the newest is worth sending
+                        item = sub.queue.get_nowait()
+                    if item is None:
+                        return  # dropped, or serve is stopping
+            finally:
+                hub.unsubscribe(sub)
+
+        media = f"multipart/x-mixed-replace; boundary={BOUNDARY.decode()}"
+        return StreamingResponse(parts(), media_type=media, headers=NO_STORE)
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(PAGE, headers={**NO_STORE, "Content-Security-Policy": CSP})
+
+    async def metrics_text(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def api_status(request: Request) -> Response:
         status = hub.status()
         if status is None:
             return _unavailable(f"no {layout.STATUS} in {root}: the daemon has not run here")
-        return JSONResponse(status, headers=NO_STORE)
+        # The page's clock may not be this machine's: it reads frame ages against this.
+        return JSONResponse(status, headers={**NO_STORE, "X-Server-Time": f"{time.time():.3f}"})
 
     async def healthz(request: Request) -> Response:
         healthy, reason = health(hub, max_age=max_age, status_every=status_every)
@@ -148,6 +187,9 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     routes = [
+        Route("/", page),
+        Route("/stream.mjpg", stream_mjpg),
+        Route("/metrics", metrics_text),
         Route("/latest.json", latest_json),
         Route("/latest.jpg", latest_jpg),
         *(Route(path, latest_file) for path in FILES),
@@ -199,12 +241,3 @@ def _said(part: Any) -> str:
         return "unknown"
     reason = part.get("reason")
     return f"{part.get('state')}" + (f" ({reason})" if reason else "")
-
-
-def _to_jpeg(png: bytes) -> bytes:
-    from PIL import Image  # only for /latest.jpg (and the stream): a few MiB
-
-    with Image.open(io.BytesIO(png)) as image:
-        out = io.BytesIO()
-        image.convert("RGB").save(out, "JPEG", quality=85)
-        return out.getvalue()

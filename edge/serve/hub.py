@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,9 @@ class Hub:
         self.newest: Newest | None = None
         self.subscribers: set[Subscriber] = set()
         self.dropped_clients = 0
+        self.observers: list[Callable[[Newest], None]] = []  # called for every new frame
+        self._jpeg: tuple[str, bytes] | None = None  # (etag, JPEG) of one frame
+        self._jpeg_lock = asyncio.Lock()
         self._follower: Follower | None = None
         self._poller: asyncio.Task[None] | None = None
 
@@ -75,6 +80,20 @@ class Hub:
 
     def status(self) -> dict[str, Any] | None:
         return _read_json(self.root / layout.STATUS)
+
+    async def jpeg(self, newest: Newest) -> bytes | None:
+        """The frame's preview as JPEG, encoded once whoever asks (None: no preview)."""
+        async with self._jpeg_lock:
+            if self._jpeg is not None and self._jpeg[0] == newest.etag:
+                return self._jpeg[1]
+            preview = newest.path / f"{layout.STEM}{layout.SUFFIXES['preview']}"
+            try:
+                png = preview.read_bytes()
+            except FileNotFoundError:
+                return None  # not written (store.formats), or pruned
+            data = await asyncio.to_thread(_to_jpeg, png)
+            self._jpeg = (newest.etag, data)
+            return data
 
     # -- following -------------------------------------------------------------------
     async def start(self) -> None:
@@ -107,12 +126,28 @@ class Hub:
         newest = self.read_newest()
         if newest is None or (self.newest is not None and newest.path == self.newest.path):
             return
+        for item in self._since(self.newest, newest):
+            for observe in self.observers:
+                observe(item)
+            for sub in list(self.subscribers):
+                try:
+                    sub.queue.put_nowait(item)
+                except asyncio.QueueFull:
+                    self._drop(sub)
         self.newest = newest
-        for sub in list(self.subscribers):
-            try:
-                sub.queue.put_nowait(newest)
-            except asyncio.QueueFull:
-                self._drop(sub)
+
+    def _since(self, before: Newest | None, newest: Newest) -> list[Newest]:
+        """The frames published after ``before`` up to ``newest``: two renames of
+        ``latest`` between two looks at it are two frames, each still in the ring."""
+        if before is None or before.store_id != newest.store_id or newest.seq <= before.seq:
+            return [newest]
+        out = []
+        for seq in range(max(before.seq + 1, newest.seq - 16), newest.seq):
+            path = self.root / layout.FRAMES / f"{seq:010d}"
+            record = _read_json(path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+            if record is not None:
+                out.append(Newest(seq, path, record, newest.store_id))
+        return [*out, newest]
 
     def _drop(self, sub: Subscriber) -> None:
         sub.dropped = True
@@ -143,6 +178,15 @@ class Hub:
             self._follower.close()
         for sub in list(self.subscribers):
             self._drop(sub)
+
+
+def _to_jpeg(png: bytes) -> bytes:
+    from PIL import Image  # only once a JPEG is asked for: a few MiB
+
+    with Image.open(io.BytesIO(png)) as image:
+        out = io.BytesIO()
+        image.convert("RGB").save(out, "JPEG", quality=85)
+        return out.getvalue()
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
