@@ -8,7 +8,8 @@
 #   /opt/da3-edge/venv (uv from PyPI, the runtime set pinned with hashes in
 #   requirements/), the models in /var/lib/da3-edge/models, the config in
 #   /etc/da3-edge/da3-edge.toml (never overwritten), docs/ and systemd/ in
-#   /opt/da3-edge/, the unit (enabled; started when systemd runs).
+#   /opt/da3-edge/, the units: the daemon and serve on 127.0.0.1:8000 (enabled; started
+#   when systemd runs).
 set -Eeuo pipefail
 
 PROG=install-pi.sh
@@ -19,7 +20,8 @@ ETC=/etc/da3-edge
 CONFIG=$ETC/da3-edge.toml
 STATE=/var/lib/da3-edge
 MODELS=$STATE/models
-UNIT=/etc/systemd/system/da3-edge.service
+UNIT_DIR=/etc/systemd/system
+UNITS=(da3-edge da3-edge-serve)  # the daemon, and serve (the store over HTTP, loopback)
 USER_NAME=da3-edge
 export UV_CACHE_DIR=/var/cache/da3-edge/uv UV_PYTHON_DOWNLOADS=never
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
@@ -46,9 +48,10 @@ options:
 
 Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
 once, never overwritten), /var/lib/da3-edge/models, /opt/da3-edge/{docs,systemd}
-and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs).
+and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs),
+with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000).
 Frames then appear in /run/da3-edge. Check with: systemctl status da3-edge;
-/opt/da3-edge/venv/bin/da3-edge doctor
+/opt/da3-edge/venv/bin/da3-edge doctor; curl http://127.0.0.1:8000/healthz
 EOF
 }
 
@@ -107,7 +110,7 @@ elif [ -n "$MODELS_SHA256" ]; then
 fi
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
 for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
-    systemd/da3-edge.service docs; do
+    systemd/da3-edge.service systemd/da3-edge-serve.service docs; do
     [ -e "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout"
 done
 if [ -n "$MODELS_DIR" ]; then
@@ -413,18 +416,20 @@ sync_dir() {  # replace $2 by a copy of $1 unless they already match
 sync_dir "$SRC/docs" "$OPT/docs"
 sync_dir "$SRC/systemd" "$OPT/systemd"
 CHANGED_UNIT=0
-if cmp -s "$SRC/systemd/da3-edge.service" "$UNIT"; then
-    note "unchanged: $UNIT"
-else
-    install -m 0644 "$SRC/systemd/da3-edge.service" "$UNIT"
-    CHANGED_UNIT=1
-    note "installed $UNIT"
-fi
-if [ "$(systemctl is-enabled da3-edge 2>/dev/null || true)" = enabled ]; then
-    note "enabled already"
-else
-    systemctl enable da3-edge 2>&1 | sed 's/^/    /'
-fi
+for unit in "${UNITS[@]}"; do
+    if cmp -s "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"; then
+        note "unchanged: $UNIT_DIR/$unit.service"
+    else
+        install -m 0644 "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"
+        CHANGED_UNIT=1
+        note "installed $UNIT_DIR/$unit.service"
+    fi
+    if [ "$(systemctl is-enabled "$unit" 2>/dev/null || true)" = enabled ]; then
+        note "$unit enabled already"
+    else
+        systemctl enable "$unit" 2>&1 | sed 's/^/    /'
+    fi
+done
 
 step "service"
 if [ ! -d /run/systemd/system ]; then
@@ -446,8 +451,21 @@ else
         systemctl start da3-edge || die "da3-edge did not start: journalctl -u da3-edge -n 50"
         note "started"
     fi
-    systemctl --no-pager --lines=0 status da3-edge | sed 's/^/    /' || true
+    # serve needs no models: it says what the daemon is doing, or that it is not.
+    if [ $START -eq 1 ]; then
+        if systemctl is-active --quiet da3-edge-serve; then
+            if [ $((CHANGED_PROGRAM + CHANGED_UNIT)) -gt 0 ]; then
+                systemctl restart da3-edge-serve || die "da3-edge-serve did not restart: journalctl -u da3-edge-serve -n 50"
+                note "da3-edge-serve restarted"
+            fi
+        else
+            systemctl start da3-edge-serve || die "da3-edge-serve did not start: journalctl -u da3-edge-serve -n 50"
+            note "da3-edge-serve started (http://127.0.0.1:8000/)"
+        fi
+    fi
+    systemctl --no-pager --lines=0 status da3-edge da3-edge-serve | sed 's/^/    /' || true
 fi
 
 echo "==> done: frames appear in /run/da3-edge while the service runs."
 echo "    Check: systemctl status da3-edge; $VENV/bin/da3-edge doctor"
+echo "    Live view: http://127.0.0.1:8000/ on this machine (da3-edge-serve; elsewhere: systemd/README.md)"

@@ -104,9 +104,8 @@ class Container:
             '#!/bin/sh\nPYTHONPATH=/opt/da3-edge/lib exec /usr/bin/python3 -m edge "$@"\n'
         )
         (bin_dir / "da3-edge").chmod(0o755)
-        shutil.copy(
-            ROOT / "systemd" / "da3-edge.service", root / "etc/systemd/system/da3-edge.service"
-        )
+        for unit in ("da3-edge.service", "da3-edge-serve.service"):
+            shutil.copy(ROOT / "systemd" / unit, root / "etc/systemd/system" / unit)
         (root / "etc/da3-edge").mkdir()
         (root / "etc/da3-edge/da3-edge.toml").write_text(config)
         target = root / "var/lib/da3-edge/models"
@@ -164,8 +163,8 @@ class Container:
     def sh(self, command: str) -> subprocess.CompletedProcess[str]:
         return _run(["nsenter", "-t", str(self.pid1), "-a", "--", "sh", "-c", command])
 
-    def show(self, *props: str) -> dict[str, str]:
-        out = self.sh("systemctl show da3-edge " + " ".join(f"-p {p}" for p in props)).stdout
+    def show(self, *props: str, unit: str = "da3-edge") -> dict[str, str]:
+        out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props)).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
     def wait(self, check: object, timeout: float, what: str) -> object:
@@ -175,7 +174,7 @@ class Container:
             if value:
                 return value
             time.sleep(0.5)
-        journal = self.sh("journalctl -u da3-edge --no-pager -n 40").stdout
+        journal = self.sh("journalctl -u 'da3-edge*' --no-pager -n 40").stdout
         raise AssertionError(f"timed out waiting for {what}\n{journal}")
 
     def shutdown(self) -> None:

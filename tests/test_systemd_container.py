@@ -1,4 +1,5 @@
-"""The real unit under a real systemd: READY, frames, a watchdog restart, reload, stop.
+"""The real units under a real systemd: READY, frames, a watchdog restart, reload, stop;
+serve beside the daemon.
 
 Boots Debian bookworm with systemd-nspawn (see tests/container.py), installs the
 unmodified systemd/da3-edge.service plus one drop-in that shortens WatchdogSec to 6 s
@@ -128,3 +129,74 @@ def test_unit_lifecycle(container: Container) -> None:
         and props["ExecMainStatus"] == "0"
     )
     assert box.sh("test -e /run/da3-edge").returncode != 0
+
+
+HEALTHZ = (
+    '/usr/bin/python3 -c "import urllib.request as u, urllib.error as e\n'
+    "try: r = u.urlopen('http://127.0.0.1:8000/healthz', timeout=5)\n"
+    "except e.HTTPError as x: r = x\n"
+    'print(r.status, r.read().decode().strip())"'
+)
+
+
+def test_serve_unit_beside_the_daemon(container: Container) -> None:
+    """The shipped serve unit in its sandbox: READY, healthy while the daemon runs;
+    stopping either leaves the other running, and serve never removes the store."""
+    box = container
+
+    def healthz() -> str:
+        return box.sh(HEALTHZ).stdout.strip()
+
+    assert box.sh("systemctl start da3-edge").returncode == 0
+    start = box.sh("systemctl start da3-edge-serve")
+    journal = box.sh("journalctl -u da3-edge-serve --no-pager -n 30").stdout
+    assert start.returncode == 0, start.stderr + journal
+    props = box.show("ActiveState", "Type", "User", unit="da3-edge-serve")
+    assert props == {"ActiveState": "active", "Type": "notify", "User": "da3-edge"}, props
+    box.wait(lambda: healthz().startswith("200 ok: frame"), 30, "serve healthy")
+    print("healthz:", healthz())
+
+    assert box.sh("systemctl stop da3-edge-serve").returncode == 0
+    assert box.show("ActiveState")["ActiveState"] == "active"  # the daemon goes on
+    assert box.sh("test -f /run/da3-edge/latest/frame.json").returncode == 0  # store kept
+
+    assert box.sh("systemctl start da3-edge-serve").returncode == 0
+    box.wait(lambda: healthz().startswith("200 "), 30, "serve healthy again")
+    assert box.sh("systemctl stop da3-edge").returncode == 0
+    assert box.show("ActiveState", unit="da3-edge-serve")["ActiveState"] == "active"
+    answer = box.wait(lambda: (h := healthz()).startswith("503 ") and h, 20, "serve: 503")
+    print("healthz with the daemon stopped:", answer)
+    assert "daemon" in str(answer)
+    assert box.sh("systemctl stop da3-edge-serve").returncode == 0
+    result = box.show("Result", "ExecMainStatus", unit="da3-edge-serve")
+    assert result == {"Result": "success", "ExecMainStatus": "0"}, result
+
+
+def test_serve_credentials_files_as_the_service_user(container: Container) -> None:
+    """As da3-edge (not root, whose reads prove nothing): a token file of another user,
+    or one others can read, is refused in one line; its own 0600 file is accepted."""
+    box = container
+    serve = (
+        "runuser -u da3-edge -- timeout 5 /opt/da3-edge/venv/bin/da3-edge serve "
+        "--config /tmp/serve.toml --store /tmp --host 0.0.0.0 --port 0"
+    )
+    box.sh(
+        "printf '[serve]\\ntoken_file = \"/tmp/token\"\\n' > /tmp/serve.toml; chmod 644 /tmp/serve.toml"
+    )
+    box.sh("echo s3cret > /tmp/token; chown root:root /tmp/token; chmod 600 /tmp/token")
+    root_owned = box.sh(serve)
+    assert root_owned.returncode == 1, root_owned.stdout + root_owned.stderr
+    assert "cannot read /tmp/token (Permission denied)" in root_owned.stderr
+    box.sh("chmod 644 /tmp/token")  # readable, but root's
+    foreign = box.sh(serve)
+    assert foreign.returncode == 1 and "belongs to uid 0, not to the user serve" in foreign.stderr
+    box.sh("chown da3-edge:da3-edge /tmp/token; chmod 640 /tmp/token")
+    readable = box.sh(serve)
+    assert readable.returncode == 1
+    assert readable.stderr.strip().endswith(
+        "can be read by others (mode 640); chmod 600 /tmp/token"
+    )
+    box.sh("chmod 600 /tmp/token")
+    accepted = box.sh(serve)  # runs until timeout stops it (exit 124): it started
+    print(accepted.stderr.strip().splitlines()[-1:])
+    assert accepted.returncode == 124 and "(credentials required)" in accepted.stderr

@@ -1,4 +1,5 @@
-"""systemd/da3-edge.service, checked by systemd's own tools and against the daemon's needs.
+"""systemd/da3-edge.service and da3-edge-serve.service, checked by systemd's own tools
+and against what the daemon and serve need.
 
 No systemd runs as PID 1 in CI, so the checks use the offline modes of
 ``systemd-analyze`` (systemd 252 in Debian bookworm, the same major version as Raspberry
@@ -19,7 +20,14 @@ import pytest
 from .conftest import ROOT, require_tool, skip_or_fail
 
 UNIT = ROOT / "systemd" / "da3-edge.service"
+SERVE_UNIT = ROOT / "systemd" / "da3-edge-serve.service"
+UNITS = [UNIT, SERVE_UNIT]
 README = ROOT / "systemd" / "README.md"
+# Where systemd/README.md justifies each unit's flagged items.
+HARDENING = {
+    UNIT.name: "## Hardening and what remains exposed",
+    SERVE_UNIT.name: "## serve: hardening and what remains exposed",
+}
 MAX_EXPOSURE = 4.0
 
 
@@ -95,7 +103,8 @@ def unit() -> dict[str, dict[str, list[str]]]:
     return parse_unit(UNIT.read_text())
 
 
-def test_verify(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_verify(tmp_path: Path, path: Path) -> None:
     """``systemd-analyze verify`` has nothing to say about the unit.
 
     verify also insists that ExecStart=/ExecReload= name executables, and the unit's
@@ -108,7 +117,7 @@ def test_verify(tmp_path: Path) -> None:
     analyze = systemd_analyze()
     root = tmp_path / "root"
     (root / "etc" / "systemd" / "system").mkdir(parents=True)
-    shutil.copy(UNIT, root / "etc" / "systemd" / "system" / UNIT.name)
+    shutil.copy(path, root / "etc" / "systemd" / "system" / path.name)
     candidates = [Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")]
     found = [path for path in candidates if (path / "sysinit.target").exists()]
     if not found:
@@ -118,14 +127,17 @@ def test_verify(tmp_path: Path) -> None:
     (root / "usr" / "bin").mkdir()
     (root / "lib").symlink_to("usr/lib")  # merged /usr, as on bookworm and Pi OS
     (root / "bin").symlink_to("usr/bin")
+    service = parse_unit(path.read_text())["Service"]
     for command in ("ExecStart", "ExecReload"):
-        executable = parse_unit(UNIT.read_text())["Service"][command][-1].split()[0]
+        if command not in service:
+            continue
+        executable = service[command][-1].split()[0]
         stand_in = root / executable.lstrip("/")
         stand_in.parent.mkdir(parents=True, exist_ok=True)
         stand_in.write_text("#!/bin/sh\nexit 0\n")
         stand_in.chmod(0o755)
     proc = subprocess.run(
-        [analyze, "verify", "--man=no", f"--root={root}", UNIT.name],
+        [analyze, "verify", "--man=no", f"--root={root}", path.name],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -149,10 +161,10 @@ def test_verify_catches_mistakes(tmp_path: Path) -> None:
     assert "Failed to parse service type" in output, output
 
 
-def security_report() -> list[dict[str, str | bool | None]]:
+def security_report(path: Path = UNIT) -> list[dict[str, str | bool | None]]:
     analyze = systemd_analyze()
     proc = subprocess.run(
-        [analyze, "security", "--offline=true", "--json=short", "--no-pager", str(UNIT)],
+        [analyze, "security", "--offline=true", "--json=short", "--no-pager", str(path)],
         capture_output=True,
         text=True,
     )
@@ -161,10 +173,11 @@ def security_report() -> list[dict[str, str | bool | None]]:
     return report
 
 
-def test_security_exposure() -> None:
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_security_exposure(path: Path) -> None:
     analyze = systemd_analyze()
     proc = subprocess.run(
-        [analyze, "security", "--offline=true", "--no-pager", str(UNIT)],
+        [analyze, "security", "--offline=true", "--no-pager", str(path)],
         capture_output=True,
         text=True,
     )
@@ -186,12 +199,15 @@ def test_security_sees_the_camera_devices() -> None:
     assert granted == expected, description
 
 
-def test_readme_justifies_every_exposed_item() -> None:
-    """Each setting systemd-analyze flags is explained in systemd/README.md."""
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_readme_justifies_every_exposed_item(path: Path) -> None:
+    """Each setting systemd-analyze flags is explained in the unit's hardening section
+    of systemd/README.md."""
     readme = README.read_text()
-    section = readme.split("## Hardening and what remains exposed", 1)
-    assert len(section) == 2, "systemd/README.md lacks the hardening section"
-    flagged = [str(item["name"]) for item in security_report() if item["exposure"]]
+    section = readme.split(HARDENING[path.name], 1)
+    assert len(section) == 2, f"systemd/README.md lacks {HARDENING[path.name]!r}"
+    section[1] = section[1].split("\n## ", 1)[0]  # this unit's section only
+    flagged = [str(item["name"]) for item in security_report(path) if item["exposure"]]
     assert flagged, "nothing flagged: is the report being parsed?"
     missing = [name for name in flagged if f"`{name}`" not in section[1]]
     assert missing == [], f"flagged by systemd-analyze security, not justified: {missing}"
@@ -263,3 +279,27 @@ def test_parser_reads_repeated_and_reset_keys() -> None:
     assert device_rules(["char-a rw", "", "char-b r"]) == {"char-b": "r"}
     assert list_setting(parsed["Service"]["Environment"]) == ["A=1", "B=2"]
     assert list_setting(["video", "", "render"]) == ["render"]
+
+
+def test_serve_unit_reads_the_store_beside_the_daemon() -> None:
+    """serve: its own process, after the daemon but not bound to it; the store only
+    read (no RuntimeDirectory= of its own, which would delete the store when it stops);
+    IP from localhost only as shipped."""
+    unit = parse_unit(SERVE_UNIT.read_text())
+    service = unit["Service"]
+    assert "da3-edge.service" in list_setting(unit["Unit"]["After"])
+    assert not {"Requires", "BindsTo", "PartOf", "Requisite"} & set(unit["Unit"])
+    assert "RuntimeDirectory" not in service and "StateDirectory" not in service
+    assert service["ProtectSystem"] == ["strict"] and "ReadWritePaths" not in service
+    argv = service["ExecStart"][-1].split()
+    assert argv[0].endswith("/bin/da3-edge") and argv[1] == "serve"
+    assert argv[argv.index("--store") + 1] == "/run/da3-edge"
+    assert argv[argv.index("--config") + 1] == "/etc/da3-edge/da3-edge.toml"
+    assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
+    assert service["User"] == ["da3-edge"]  # owns the credentials files (mode 0600)
+    families = set(list_setting(service["RestrictAddressFamilies"]))
+    assert families == {"AF_UNIX", "AF_INET", "AF_INET6"}
+    assert list_setting(service["IPAddressAllow"]) == ["localhost"]
+    assert list_setting(service["IPAddressDeny"]) == ["any"]
+    assert size_bytes(service["MemoryMax"][-1]) <= 512 * 2**20
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
