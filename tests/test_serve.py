@@ -131,6 +131,8 @@ def test_the_newest_frame_its_files_and_its_status(small_models: Path, tmp_path:
         assert s.get("/%2e%2e/%2e%2e/etc/passwd")[0] == 404
         code, _, _ = s.get("/latest.json", {"If-None-Match": 'W/"garbage, "x'})  # malformed
         assert code == 200
+        code, _, body = s.get("/latest.npz", {"Range": "bytes=oops-"})  # ignored, whole file
+        assert code == 200 and np.load(io.BytesIO(body))["depth"].shape == (240, 320)
         assert d.stop() == 0
     assert "Traceback" not in s.log, s.log
 
@@ -206,6 +208,12 @@ def test_an_empty_or_missing_store_says_so_on_every_endpoint(tmp_path: Path) -> 
     with serving(["--store", str(tmp_path / "empty")], tmp_path / "serve2.log") as s:
         code, _, body = s.get("/latest.json")
         assert code == 503 and body == b"no frame in the store yet\n"
+        # Half-rotated: `latest` points at a frame already pruned.
+        (tmp_path / "empty" / "latest").symlink_to("frames/0000000005")
+        for path in ("/latest.json", "/latest.png", "/latest.jpg", "/stream.mjpg"):
+            code, _, body = s.get(path)
+            assert code == 503 and b"the newest frame is gone" in body, (path, body)
+        assert s.get("/metrics")[0] == 200
     assert "Traceback" not in s.log
 
 

@@ -74,8 +74,13 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
     def newest_or_503() -> Newest | Response:
         newest = hub.read_newest()
         if newest is None:
-            state = "no frame in the store yet" if root.is_dir() else f"no store at {root}"
-            return _unavailable(state)
+            if not root.is_dir():
+                return _unavailable(f"no store at {root}")
+            if os.path.lexists(root / layout.LATEST):
+                return _unavailable(
+                    "the newest frame is gone (the store is being pruned or made anew)"
+                )
+            return _unavailable("no frame in the store yet")
         return newest
 
     async def latest_json(request: Request) -> Response:
@@ -117,6 +122,9 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
         return Response(data, media_type="image/jpeg", headers=_headers(newest))
 
     async def stream_mjpg(request: Request) -> Response:
+        first = newest_or_503()  # nothing to show yet: say why, as the other routes do
+        if isinstance(first, Response):
+            return first
         sub = hub.subscribe()
         if sub is None:
             return _unavailable(f"too many clients (serve.clients = {clients})")
@@ -126,7 +134,7 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
             # part when it sees the boundary after it, not when the next frame comes.
             try:
                 yield b"--" + BOUNDARY + b"\r\n"
-                item = hub.read_newest()
+                item: Newest | None = first
                 while True:
                     data = await hub.jpeg(item) if item is not None else None
                     if data is not None:
