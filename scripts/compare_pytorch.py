@@ -24,6 +24,9 @@ Measured, alternating the contenders round by round, each in a fresh process:
 - daemon: `da3-edge run` on replayed 1200x1600 JPEGs (default config, and each other
   --daemon-workers value), sustained frames/s against 1 / the fp16 core's latency
   timed just before (--daemon-rounds rounds, the median reported).
+- serve: scripts/bench-serve.py in the runtime env: the daemon with `da3-edge serve`
+  and a page-like client against the daemon alone (--serve-rounds paired rounds),
+  serve's CPU-ms per frame, peak RSS, and the `latest` switch to /events delay.
 
 Prints a table; --json writes the raw numbers (scripts/gen-performance-table.py turns
 that JSON into the table in docs/performance.md).
@@ -322,6 +325,9 @@ def main() -> int:
         help="model.workers values to time the daemon with, comma-separated (1: the default "
         "config, the target's; the threads are shared among the workers)",
     )
+    p.add_argument(
+        "--serve-rounds", type=int, default=5, help="paired rounds for serve's cost (0: skip)"
+    )
     ns = p.parse_args()
     if 1 not in ns.daemon_workers:
         p.error("--daemon-workers must include 1 (the default config)")
@@ -396,6 +402,20 @@ def main() -> int:
     if ns.daemon_frames:
         daemon = daemon_rounds(ns, work, shape)
 
+    serve: dict[str, Any] | None = None
+    if ns.serve_rounds:
+        out = work / "serve.json"
+        argv = [
+            str(ns.runtime_python), str(ROOT / "scripts" / "bench-serve.py"),
+            "--models", str(ns.models), "--rounds", str(ns.serve_rounds),
+            "--frames", str(ns.daemon_frames or 30), "--fps", f"{ns.daemon_fps:g}",
+            "--json", str(out),
+        ]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench-serve.py failed: {proc.stderr[-2000:]}")
+        serve = json.loads(out.read_text())
+
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
@@ -414,6 +434,7 @@ def main() -> int:
         # The default config (one worker) is the target's; other --daemon-workers beside.
         "daemon": daemon.get(1),
         "daemon_workers": {str(w): d for w, d in daemon.items() if w != 1},
+        "serve": serve,
         "core_s": cores,
         "core_ratio": {k: v / baseline["forward_s"] for k, v in cores.items()},
         "still_s": {k: med(k, "seconds") for k in results},
@@ -430,6 +451,15 @@ def main() -> int:
     if ns.json:
         ns.json.write_text(json.dumps(summary, indent=2) + "\n")
     print(render(summary))
+    if serve is not None:
+        delay = serve["event_delay_ms"]
+        print(
+            f"serve: daemon frames/s with serve / alone {serve['median_fps_ratio']:.3f} "
+            f"(median of {len(serve['rounds'])} rounds); serve "
+            f"{serve['serve_cpu_ms_per_frame']:.1f} CPU-ms/frame, peak RSS "
+            f"{serve['serve_peak_rss_mib']:.1f} MiB; latest -> event p50 {delay['p50']} ms, "
+            f"p99 {delay['p99']} ms"
+        )
     return 0
 
 

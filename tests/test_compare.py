@@ -34,6 +34,8 @@ def test_compare_pytorch_short(
             "2",
             "--daemon-workers",
             "1,2",
+            "--serve-rounds",
+            "1",
             "--json",
             str(out),
         ],
@@ -67,6 +69,11 @@ def test_compare_pytorch_short(
     for r in daemon["rounds"]:
         assert r["ratio_to_core_rate"] == r["fps"] * r["core_s"]
     assert daemon["workers"] == 1 and daemon["threads_per_worker"] == 2
+    serve = data["serve"]  # scripts/bench-serve.py, one paired round
+    assert len(serve["rounds"]) == 1 and serve["median_fps_ratio"] > 0
+    assert 0 < serve["serve_peak_rss_mib"] < 200 and serve["serve_cpu_ms_per_frame"] > 0
+    assert serve["event_delay_ms"]["n"] >= 1 and serve["event_delay_ms"]["p50"] >= 0
+    assert serve["rounds"][0]["with_serve"]["client_errors"] == []
     two = data["daemon_workers"]["2"]
     assert two["workers"] == 2 and two["threads_per_worker"] == 1
     assert two["frames"] == 4 and len(two["rounds"]) == 2
