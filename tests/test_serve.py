@@ -399,3 +399,22 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
     print(f"{len(seen)} states seen, screenshot {shot}")
     with Image.open(shot) as im:
         assert im.size[0] == 412
+
+
+def test_sigterm_with_a_stream_open_exits_promptly(tmp_path: Path) -> None:
+    """A browser holding /events open must not keep serve from stopping (systemd would
+    wait TimeoutStopSec, then kill it)."""
+    root = tmp_path / "store"
+    (root / "frames" / "0000000000").mkdir(parents=True)
+    (root / "frames" / "0000000000" / "frame.json").write_text('{"store_seq": 0}')
+    (root / "latest").symlink_to("frames/0000000000")
+    s = Serve(["--store", str(root)], tmp_path / "serve.log")
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+    conn.request("GET", "/events")
+    assert conn.getresponse().status == 200
+    t0 = time.monotonic()
+    code = s.stop()
+    took = time.monotonic() - t0
+    conn.close()
+    print(f"stopped in {took:.2f} s with a stream open")
+    assert code == 0 and took < 5, s.log

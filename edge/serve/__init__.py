@@ -9,6 +9,7 @@ only once a JPEG is asked for).
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from pathlib import Path
 
@@ -53,9 +54,11 @@ def run(config: Config, store: Path) -> int:
         status_every=config.daemon.status_every,
     )  # fmt: skip
     guarded = Guard(app, creds)
-    server = uvicorn.Server(
-        uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="on")
+    # Open /events and /stream.mjpg clients get 2 s at a stop, then are closed.
+    config_ = uvicorn.Config(
+        guarded, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
     )
+    server = uvicorn.Server(config_)
     shown = f"[{host}]" if ":" in host else host
     log.info(
         "serving %s on http://%s:%d/%s",
@@ -65,5 +68,10 @@ def run(config: Config, store: Path) -> int:
         " (credentials required)" if creds else "",
     )
     Notifier.from_env().ready(f"serving {store} on {shown}:{port}")
+    # uvicorn stops on SIGTERM/SIGINT, then raises the signal again under the handler
+    # that was there before it: with this one that is a no-op, and serve exits 0 as
+    # documented instead of dying by the signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
     server.run(sockets=[sock])
     return 0
