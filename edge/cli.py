@@ -23,6 +23,10 @@ COMMANDS = {
     ),
     "run": ("edge.commands.run", "the camera daemon: continuous capture -> relative-depth frames"),
     "serve": ("edge.commands.serve", "the store live over HTTP: newest frame, events, health"),
+    "publish": (
+        "edge.commands.publish",
+        "frames and health to MQTT, with Home Assistant discovery",
+    ),
     "doctor": ("edge.commands.doctor", "check this machine: CPU, LiteRT, models, cameras, store"),
     "bench": ("edge.commands.bench", "benchmark: latency per stage, load, cold start, peak RSS"),
     "models": (

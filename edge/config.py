@@ -76,6 +76,23 @@ class ServeConfig:
 
 
 @dataclass(frozen=True)
+class MqttConfig:
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 1883
+    username: str = ""
+    password_file: str = ""
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    device_id: str = ""
+    state_max_rate: float = 2.0
+    preview: bool = False
+    preview_max_rate: float = 1.0
+    queue_limit: int = 100
+
+
+@dataclass(frozen=True)
 class Config:
     camera: CameraConfig = field(default_factory=CameraConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -83,6 +100,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     path: str | None = None
     serve: ServeConfig = field(default_factory=ServeConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
 
 
 SECTIONS: dict[str, type] = {
@@ -91,6 +109,7 @@ SECTIONS: dict[str, type] = {
     "store": StoreConfig,
     "daemon": DaemonConfig,
     "serve": ServeConfig,
+    "mqtt": MqttConfig,
 }
 # What `da3-edge run` checks; a companion (serve) checks its own section and the store.
 DAEMON_PARTS = ("camera", "model", "store", "daemon")
@@ -186,6 +205,8 @@ def validate(config: Config, text: str = "", parts: Collection[str] = DAEMON_PAR
         _validate_store(config.store, fail)
     if "serve" in parts:
         _validate_serve(config.serve, fail)
+    if "mqtt" in parts:
+        _validate_mqtt(config.mqtt, fail)
     if "camera" in parts:
         _validate_daemon(config, fail)
 
@@ -253,6 +274,27 @@ def _validate_serve(serve: ServeConfig, fail: Fail) -> None:
         fail("serve", "max_age", "must be positive")
     if not 1 <= serve.clients <= 256:
         fail("serve", "clients", "must be 1 to 256")
+
+
+def _validate_mqtt(mqtt: MqttConfig, fail: Fail) -> None:
+    if not mqtt.host:
+        fail("mqtt", "host", "must be the broker's address")
+    if not 1 <= mqtt.port <= 65535:
+        fail("mqtt", "port", "must be 1 to 65535")
+    if mqtt.password_file and not mqtt.username:
+        fail("mqtt", "password_file", "needs mqtt.username")
+    if bool(mqtt.tls_cert) != bool(mqtt.tls_key):
+        fail(
+            "mqtt", "tls_cert" if mqtt.tls_key else "tls_key", "goes with tls_cert and tls_key both"
+        )
+    if mqtt.device_id and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", mqtt.device_id):
+        fail("mqtt", "device_id", "must be 1-64 of A-Z a-z 0-9 _ - (it is part of topics)")
+    if mqtt.state_max_rate < 0:
+        fail("mqtt", "state_max_rate", "must be 0 (every frame) or more")
+    if not 0 < mqtt.preview_max_rate <= 1:
+        fail("mqtt", "preview_max_rate", "must be more than 0 and at most 1 (per second)")
+    if not 1 <= mqtt.queue_limit <= 100_000:
+        fail("mqtt", "queue_limit", "must be 1 to 100000")
 
 
 def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PARTS) -> Config:

@@ -61,6 +61,18 @@ def latest(root: Path) -> Published | None:
     return Published(int(name), root / target)
 
 
+def published_between(root: Path, after: int, newest: int, most: int = 16) -> list[Published]:
+    """The frames still in the ring numbered after ``after`` and before ``newest``:
+    two renames of ``latest`` between two looks at it are two frames (at most ``most``
+    of them, the newest)."""
+    out = []
+    for seq in range(max(after + 1, newest - most), newest):
+        path = root / layout.FRAMES / f"{seq:010d}"
+        if path.is_dir():
+            out.append(Published(seq, path))
+    return out
+
+
 class _Inotify:
     """The three libc calls, and the fd."""
 

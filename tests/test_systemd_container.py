@@ -189,7 +189,10 @@ def test_serve_credentials_files_as_the_service_user(container: Container) -> No
     assert "cannot read /tmp/token (Permission denied)" in root_owned.stderr
     box.sh("chmod 644 /tmp/token")  # readable, but root's
     foreign = box.sh(serve)
-    assert foreign.returncode == 1 and "belongs to uid 0, not to the user serve" in foreign.stderr
+    assert (
+        foreign.returncode == 1
+        and "belongs to uid 0, not to the user this runs as" in foreign.stderr
+    )
     box.sh("chown da3-edge:da3-edge /tmp/token; chmod 640 /tmp/token")
     readable = box.sh(serve)
     assert readable.returncode == 1

@@ -1,8 +1,7 @@
 """Who may ask: loopback by default, credentials for anything else.
 
-``credentials`` reads the token and ``user:password`` files named in ``[serve]``;
-each must be a regular file owned by the user serve runs as and readable by no one
-else (a group- or world-readable secret is refused, in one line). ``check_bind``
+``credentials`` reads the token and ``user:password`` files named in ``[serve]``
+(``edge.credentials``: owned by the user serve runs as, readable by no one else). ``check_bind``
 refuses a non-loopback address without credentials. ``Guard`` is the ASGI
 middleware: with credentials configured every request needs one of them (bearer
 token or HTTP basic), on any address; comparisons are constant-time.
@@ -13,12 +12,11 @@ from __future__ import annotations
 import base64
 import hmac
 import ipaddress
-import os
-import stat
 from dataclasses import dataclass
 from typing import Any
 
 from edge.config import ServeConfig
+from edge.credentials import read_secret
 from edge.errors import ConfigError
 
 Scope = dict[str, Any]
@@ -50,45 +48,18 @@ class Credentials:
         return False
 
 
-def read_secret(path: str, what: str) -> bytes:
-    """One line from a file only its owner (this user) can read; ConfigError if not."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise ConfigError(f"serve.{what}: cannot read {path} ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"serve.{what}: {path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise ConfigError(
-                f"serve.{what}: {path} belongs to uid {st.st_uid}, not to the user serve "
-                f"runs as ({os.geteuid()}); chown it"
-            )
-        if st.st_mode & 0o077:
-            raise ConfigError(
-                f"serve.{what}: {path} can be read by others (mode {stat.S_IMODE(st.st_mode):o});"
-                f" chmod 600 {path}"
-            )
-        data = os.read(fd, 4096)
-    finally:
-        os.close(fd)
-    line = data.decode("utf-8", "replace").strip().splitlines()
-    secret = line[0].strip() if line else ""
-    if not secret:
-        raise ConfigError(f"serve.{what}: {path} is empty")
-    if what == "basic_auth_file" and ":" not in secret:
-        raise ConfigError(f"serve.{what}: {path} must hold user:password")
-    return secret.encode()
-
-
 def credentials(serve: ServeConfig) -> Credentials:
     return Credentials(
-        token=read_secret(serve.token_file, "token_file") if serve.token_file else None,
-        basic=read_secret(serve.basic_auth_file, "basic_auth_file")
-        if serve.basic_auth_file
-        else None,
+        token=read_secret(serve.token_file, "serve.token_file") if serve.token_file else None,
+        basic=_basic(serve.basic_auth_file) if serve.basic_auth_file else None,
     )
+
+
+def _basic(path: str) -> bytes:
+    secret = read_secret(path, "serve.basic_auth_file")
+    if b":" not in secret:
+        raise ConfigError(f"serve.basic_auth_file: {path} must hold user:password")
+    return secret
 
 
 def is_loopback(host: str) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edge import layout
-from edge.follow import Follower, Published, latest
+from edge.follow import Follower, Published, latest, published_between
 
 log = logging.getLogger("edge.serve")
 QUEUE = 4  # events a subscriber may fall behind by before it is dropped
@@ -137,16 +137,14 @@ class Hub:
         self.newest = newest
 
     def _since(self, before: Newest | None, newest: Newest) -> list[Newest]:
-        """The frames published after ``before`` up to ``newest``: two renames of
-        ``latest`` between two looks at it are two frames, each still in the ring."""
+        """The frames published after ``before`` up to ``newest``, in order."""
         if before is None or before.store_id != newest.store_id or newest.seq <= before.seq:
             return [newest]
         out = []
-        for seq in range(max(before.seq + 1, newest.seq - 16), newest.seq):
-            path = self.root / layout.FRAMES / f"{seq:010d}"
-            record = _read_json(path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+        for item in published_between(self.root, before.seq, newest.seq):
+            record = _read_json(item.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
             if record is not None:
-                out.append(Newest(seq, path, record, newest.store_id))
+                out.append(Newest(item.seq, item.path, record, newest.store_id))
         return [*out, newest]
 
     def _drop(self, sub: Subscriber) -> None:

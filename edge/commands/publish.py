@@ -1,0 +1,48 @@
+"""``da3-edge publish``: frames and health to MQTT (see ``edge.publish``).
+
+Exit codes: 0 after a clean stop, or at once when ``mqtt.enabled`` is false (nothing
+to do: said in one line); 1 for a config error (one line); 2 for usage errors. A
+broker that is down or refuses the login is not an error: publish keeps retrying.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from edge import config as config_mod
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge publish",
+        description=(
+            "Publish the store's frames and the daemon's health to an MQTT broker "
+            "(topics da3edge/<device id>/availability, state, stats, preview) with Home "
+            "Assistant discovery. Configured in the [mqtt] section; off until "
+            "mqtt.enabled = true."
+        ),
+    )
+    p.add_argument("--config", metavar="FILE", help="the daemon's TOML config ([mqtt], [store])")
+    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
+    return p
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    config = config_mod.load(ns.config, parts=("store", "mqtt"))
+    if not config.mqtt.enabled:
+        print(
+            f"da3-edge publish: mqtt.enabled is false in {ns.config or 'the defaults'}: "
+            "nothing to publish",
+            file=sys.stderr,
+        )
+        return 0
+    from edge.layout import default_store_dir
+    from edge.log import setup_logging
+    from edge.publish import run
+
+    setup_logging()
+    return run(config.mqtt, Path(ns.store or config.store.dir or default_store_dir()))

@@ -1,0 +1,263 @@
+"""`da3-edge publish` against a real mosquitto broker, fed by the real daemon.
+
+Each test starts its own broker on 127.0.0.1 and a free port with a password file
+(mosquitto_passwd), a real paho subscriber, and `python -m edge publish` as a process.
+The discovery payload is checked against the shape Home Assistant's MQTT docs give for
+device-based discovery (home-assistant.io source/_integrations/mqtt.markdown, "Device
+discovery payload", as of Home Assistant 2024.11+): Home Assistant itself needs a
+newer Python than this machine's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .broker import Broker, Listener
+from .conftest import ROOT
+from .daemon_harness import DaemonProcess, frame_dirs
+from .test_daemon import write_config
+
+USER, PASSWORD = "da3edge", "pa55-word"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    (tmp_path / "broker").mkdir()
+    b = Broker(tmp_path / "broker", {USER: PASSWORD, "ha": "ha-pass"})
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def mqtt_config(tmp: Path, port: int, *, password: str = PASSWORD, **extra: object) -> Path:
+    secret = tmp / "mqtt-password"
+    secret.write_text(password + "\n")
+    secret.chmod(0o600)
+    values: dict[str, object] = {
+        "enabled": True, "host": "127.0.0.1", "port": port, "username": USER,
+        "password_file": str(secret), "device_id": "testpi", "state_max_rate": 0.0,
+        **extra,
+    }  # fmt: skip
+    lines = ["[mqtt]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
+    path = tmp / "publish.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Publish:
+    def __init__(self, config: Path, store: Path, log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge", "publish", "--config", str(config), "--store",
+             str(store)],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def rss_kib(self) -> int:
+        found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text())
+        assert found
+        return int(found.group(1))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+@contextmanager
+def publishing(config: Path, store: Path, log: Path) -> Iterator[Publish]:
+    p = Publish(config, store, log)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def daemon(tmp: Path, store: Path, models: Path, source: str = "fake:fps:10") -> DaemonProcess:
+    run = Path(tempfile.mkdtemp(dir=tmp, prefix="daemon-"))
+    cfg = write_config(run / "c.toml", source, store, models,
+                       store={"dir": str(store), "keep_frames": 200})  # fmt: skip
+    return DaemonProcess(run, ["--config", str(cfg)])
+
+
+def wait(check: Any, timeout: float, what: str, *logs: Any) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(
+        f"timed out waiting for {what}\n" + "\n".join(str(x)[-2000:] for x in logs)
+    )
+
+
+# The device-based discovery payload as Home Assistant's MQTT docs describe it:
+# required at the root `dev` (with `ids`) and `o` (with `name`), and `cmps`, whose
+# every component has a platform `p` and a `unique_id`; per platform the keys the
+# platform's docs mark required or that we rely on.
+PLATFORM_KEYS = {
+    "sensor": {"name", "unique_id", "value_template"},
+    "binary_sensor": {"name", "unique_id", "value_template", "payload_on", "payload_off"},
+    "image": {"name", "unique_id", "image_topic", "content_type"},
+}
+DEVICE_CLASSES = {"sensor": {None, "duration", "timestamp", "temperature"},
+                  "binary_sensor": {"problem"}}  # fmt: skip
+
+
+def check_discovery(payload: dict[str, Any], *, preview: bool) -> None:
+    assert isinstance(payload["dev"]["ids"], list) and payload["dev"]["ids"]
+    assert payload["dev"]["name"] and payload["o"]["name"] == "da3-edge"
+    assert payload["state_topic"] == "da3edge/testpi/stats"
+    assert payload["availability_topic"] == "da3edge/testpi/availability"
+    assert (payload["payload_available"], payload["payload_not_available"]) == ("online", "offline")
+    cmps = payload["cmps"]
+    ids = [c["unique_id"] for c in cmps.values()]
+    assert len(set(ids)) == len(ids)
+    for key, comp in cmps.items():
+        assert re.fullmatch(r"[a-zA-Z0-9_-]+", key), key
+        platform = comp["p"]
+        assert PLATFORM_KEYS[platform] <= set(comp), (key, comp)
+        assert comp.get("device_class") in DEVICE_CLASSES.get(platform, {None}), comp
+        for text in (comp["name"], comp.get("unit_of_measurement", "")):
+            assert "metre" not in text and text not in ("m", "cm", "mm"), comp  # never a distance
+    assert {"fps", "latency", "last_frame", "temperature", "throttled"} <= set(cmps)
+    assert ("preview" in cmps) is preview
+
+
+def test_discovery_availability_and_a_state_for_every_frame(
+    small_models: Path, tmp_path: Path, broker: Broker
+) -> None:
+    from edge import bench
+
+    photos = tmp_path / "replay"
+    photos.mkdir()
+    for i in range(6):
+        (photos / f"{i}.jpg").write_bytes(bench.synthetic_jpeg(240, 320, seed=i))
+    store = tmp_path / "store"
+    cfg = mqtt_config(tmp_path, broker.port, preview=True)
+    listener = Listener(broker.port, "ha", "ha-pass")
+    try:
+        with (
+            publishing(cfg, store, tmp_path / "publish.log") as pub,
+            daemon(tmp_path, store, small_models, source=f"replay:{photos}@8") as d,
+        ):
+            wait(lambda: listener.on("/availability"), 20, "availability", pub.log)
+            first_state = wait(lambda: listener.on("/state"), 30, "a state message", pub.log)
+            first = json.loads(first_state[0].payload)["store_seq"]
+            wait(lambda: len(frame_dirs(store)) >= first + 8, 60, "8 more frames", d.log)
+            assert d.stop() == 0
+            last = max(int(p.name) for p in frame_dirs(store))
+            wait(lambda: any(json.loads(m.payload)["store_seq"] == last
+                             for m in listener.on("/state")), 10, "the last frame's state")  # fmt: skip
+            wait(lambda: listener.on("/preview"), 10, "a preview")
+        seqs = [json.loads(m.payload)["store_seq"] for m in listener.on("/state")]
+        print(f"state for frames {seqs[0]}..{seqs[-1]}: {len(seqs)} messages")
+        assert seqs == list(range(first, last + 1)), seqs  # every frame, in order, once
+        state = json.loads(listener.on("/state")[-1].payload)
+        assert state["random_init"] is True and "not metres" in state["depth_kind"]
+        assert listener.on("/preview")[-1].payload[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        listener.close()
+    assert pub.proc.returncode == 0, pub.log
+    # A later subscriber (Home Assistant starting) gets the retained ones.
+    late = Listener(broker.port, "ha", "ha-pass")
+    try:
+        wait(lambda: late.on("/config") and late.on("/availability") and late.on("/stats"), 10,
+             "retained messages")  # fmt: skip
+        (config,) = late.on("homeassistant/device/da3edge_testpi/config")
+        assert config.retain
+        check_discovery(json.loads(config.payload), preview=True)
+        (availability,) = late.on("/availability")
+        assert availability.retain and availability.payload == b"offline"  # stopped cleanly
+        stats = json.loads(late.on("/stats")[-1].payload)
+        assert stats["written"] >= 8 and stats["publisher"]["dropped"] == 0
+    finally:
+        late.close()
+    sub = subprocess.run(
+        ["mosquitto_sub", "-p", str(broker.port), "-u", "ha", "-P", "ha-pass",
+         "-t", "da3edge/#", "-v", "-W", "2"],
+        capture_output=True, text=True, errors="replace",  # the preview is binary
+    )  # fmt: skip
+    assert "da3edge/testpi/availability offline" in sub.stdout, sub.stdout + sub.stderr
+
+
+def test_a_wrong_password_is_one_line_and_retried(tmp_path: Path, broker: Broker) -> None:
+    cfg = mqtt_config(tmp_path, broker.port, password="wrong")
+    with publishing(cfg, tmp_path / "store", tmp_path / "publish.log") as pub:
+        time.sleep(5)  # several attempts (backoff from 1 s)
+        assert pub.proc.poll() is None, pub.log  # still there: no exit into a restart loop
+        attempts = broker.log.read_text().count("disconnected, not authorised")
+        assert pub.stop() == 0
+    refused = [ln for ln in pub.log.splitlines() if "refused the connection" in ln]
+    print(refused, f"{attempts} connection attempts in the broker's log")
+    assert len(refused) == 1 and "Not authorized" in refused[0]
+    assert attempts >= 2
+
+
+def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
+    small_models: Path, tmp_path: Path, broker: Broker
+) -> None:
+    store = tmp_path / "store"
+    cfg = mqtt_config(tmp_path, broker.port, state_max_rate=5.0)
+    listener = Listener(broker.port, "ha", "ha-pass")
+    try:
+        with daemon(tmp_path, store, small_models) as d:
+            pub = Publish(cfg, store, tmp_path / "publish.log")
+            wait(lambda: [m for m in listener.on("/availability") if m.payload == b"online"], 20,
+                 "online", pub.log)  # fmt: skip
+            wait(lambda: listener.on("/state"), 20, "state")
+            # The broker goes away for 10 s and comes back (forgetting everything).
+            broker.stop()
+            t_down = time.time()
+            time.sleep(10)
+            broker.start()
+            listener.close()
+            listener = Listener(broker.port, "ha", "ha-pass")
+            wait(lambda: listener.on("/config"), 40, "discovery again", pub.log)
+            wait(lambda: [m for m in listener.on("/availability") if m.payload == b"online"], 10,
+                 "online again")  # fmt: skip
+            wait(lambda: listener.on("/state"), 20, "state again")
+            # The daemon never noticed: frames kept coming through the outage.
+            times = sorted(json.loads((p / "frame.json").read_text())["t_written"]
+                           for p in frame_dirs(store))  # fmt: skip
+            during = [t for t in times if t_down <= t <= t_down + 10]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            print(f"{len(during)} frames while the broker was down; longest gap {max(gaps):.2f} s")
+            assert len(during) >= 10 and max(gaps) < 3
+            # SIGKILL: no goodbye from the publisher; the broker sends its last will.
+            pub.proc.kill()
+            assert pub.stop() == -signal.SIGKILL
+            wait(lambda: [m for m in listener.on("/availability") if m.payload == b"offline"], 10,
+                 "offline (last will)")  # fmt: skip
+            assert d.stop() == 0
+    finally:
+        listener.close()
