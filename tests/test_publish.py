@@ -261,3 +261,102 @@ def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
             assert d.stop() == 0
     finally:
         listener.close()
+
+
+def make_ca(d: Path, name: str) -> tuple[Path, Path]:
+    """A CA made here with openssl: (certificate, key)."""
+    d.mkdir(parents=True, exist_ok=True)
+    ca, key = d / f"{name}.pem", d / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(ca), "-days", "2", "-subj", f"/CN={name}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return ca, key
+
+
+def server_cert(d: Path, ca: Path, ca_key: Path) -> tuple[Path, Path]:
+    key, csr, cert, ext = d / "server.key", d / "server.csr", d / "server.pem", d / "san.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(csr), "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_tls_with_the_right_ca_and_not_with_another(small_models: Path, tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    ca, ca_key = make_ca(pki, "test-ca")
+    other, _ = make_ca(pki, "other-ca")
+    cert, key = server_cert(pki, ca, ca_key)
+    (tmp_path / "broker").mkdir()
+    broker = Broker(tmp_path / "broker", {USER: PASSWORD, "ha": "ha-pass"}, tls=(ca, cert, key))
+    listener = Listener(broker.port, "ha", "ha-pass", tls_ca=ca)
+    store = tmp_path / "store"
+    try:
+        with daemon(tmp_path, store, small_models) as d:
+            wrong = tmp_path / "wrong"
+            wrong.mkdir()
+            cfg = mqtt_config(wrong, broker.port, tls_ca=str(other))
+            with publishing(cfg, store, wrong / "publish.log") as pub:
+                wait(lambda: "cannot connect" in pub.log, 15, "a TLS refusal", pub.log)
+                time.sleep(2)
+                assert pub.proc.poll() is None
+            refused = [ln for ln in pub.log.splitlines() if "cannot connect" in ln]
+            print(refused)
+            assert len(refused) == 1 and "CERTIFICATE_VERIFY_FAILED" in refused[0]
+            assert not listener.on("/state")
+            cfg = mqtt_config(tmp_path, broker.port, tls_ca=str(ca))
+            with publishing(cfg, store, tmp_path / "publish.log") as pub:
+                wait(lambda: listener.on("/state"), 30, "state over TLS", pub.log)
+            assert d.stop() == 0
+    finally:
+        listener.close()
+        broker.stop()
+    assert "cannot connect" not in pub.log
+
+
+def test_a_broker_down_for_15_s_costs_bounded_memory(
+    small_models: Path, tmp_path: Path, broker: Broker
+) -> None:
+    """The fake camera at 10 frames/s, every frame's state queued, queue_limit 20: while
+    the broker is away the queue holds 20, the rest is dropped and counted, and the
+    publisher's memory stays flat."""
+    store = tmp_path / "store"
+    cfg = mqtt_config(tmp_path, broker.port, queue_limit=20)
+    listener = Listener(broker.port, "ha", "ha-pass")
+    try:
+        with (
+            daemon(tmp_path, store, small_models) as d,
+            publishing(cfg, store, tmp_path / "publish.log") as pub,
+        ):
+            wait(lambda: len(listener.on("/state")) >= 5, 30, "states", pub.log)
+            broker.stop()
+            time.sleep(3)
+            rss_before = pub.rss_kib()
+            written_before = len(frame_dirs(store))
+            time.sleep(12)
+            rss_after = pub.rss_kib()
+            written = len(frame_dirs(store)) - written_before
+            broker.start()
+            listener.close()
+            listener = Listener(broker.port, "ha", "ha-pass")
+            stats = wait(
+                lambda: [json.loads(m.payload) for m in listener.on("/stats")
+                         if json.loads(m.payload)["publisher"]["dropped"] > 0],
+                30, "stats with drops", pub.log,
+            )  # fmt: skip
+            assert d.stop() == 0
+        publisher = stats[0]["publisher"]
+        grew = rss_after - rss_before
+        print(f"{written} frames in 12 s with the broker down; publisher {publisher}; RSS "
+              f"{rss_before} -> {rss_after} KiB")  # fmt: skip
+        assert written >= 40  # the daemon kept its pace
+        assert publisher["queued"] == 20 and publisher["dropped"] >= written - 20
+        assert grew < 2048, grew
+    finally:
+        listener.close()

@@ -15,6 +15,7 @@ import collections
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -75,6 +76,7 @@ class Publisher:
         client.reconnect_delay_set(*BACKOFF)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
+        client.on_connect_fail = self._on_connect_fail
         client.on_message = self._on_message
         self.client = client
 
@@ -83,13 +85,7 @@ class Publisher:
         self, client: Any, _userdata: Any, _flags: Any, reason: Any, _props: Any
     ) -> None:
         if reason.is_failure:
-            why = str(reason)
-            if why != self._refused:
-                log.error(
-                    "mqtt: %s:%d refused the connection: %s; retrying (every %d s at most)",
-                    self.mqtt.host, self.mqtt.port, why, BACKOFF[1],
-                )  # fmt: skip
-                self._refused = why
+            self._refusal(f"refused the connection: {reason}")
             return
         self._refused = None
         log.info("mqtt: connected to %s:%d as %s", self.mqtt.host, self.mqtt.port, self.topics.base)
@@ -97,6 +93,21 @@ class Publisher:
         self._announce(client)
         client.subscribe(t.HA_STATUS, qos=1)
         self.connected = True
+
+    def _on_connect_fail(self, _client: Any, _userdata: Any) -> None:
+        # paho calls this inside its `except OSError` (refused, unreachable, TLS): the
+        # exception is the current one.
+        exc = sys.exc_info()[1]
+        self._refusal(f"cannot connect ({exc or 'connection failed'})")
+
+    def _refusal(self, why: str) -> None:
+        """Say why the broker cannot be used, once per reason (retries are paho's)."""
+        if why != self._refused:
+            log.error(
+                "mqtt: %s:%d %s; retrying (every %d s at most)",
+                self.mqtt.host, self.mqtt.port, why, BACKOFF[1],
+            )  # fmt: skip
+            self._refused = why
 
     def _announce(self, client: Any) -> None:
         payload = t.discovery(self.topics, preview=self.mqtt.preview)
