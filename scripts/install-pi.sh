@@ -21,7 +21,8 @@ CONFIG=$ETC/da3-edge.toml
 STATE=/var/lib/da3-edge
 MODELS=$STATE/models
 UNIT_DIR=/etc/systemd/system
-UNITS=(da3-edge da3-edge-serve)  # the daemon, and serve (the store over HTTP, loopback)
+UNITS=(da3-edge da3-edge-serve da3-edge-publish)  # the daemon, serve (HTTP, loopback), MQTT
+ENABLE=(da3-edge da3-edge-serve)  # publish stays off until [mqtt] is configured
 USER_NAME=da3-edge
 export UV_CACHE_DIR=/var/cache/da3-edge/uv UV_PYTHON_DOWNLOADS=never
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
@@ -49,7 +50,8 @@ options:
 Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
 once, never overwritten), /var/lib/da3-edge/models, /opt/da3-edge/{docs,systemd}
 and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs),
-with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000).
+with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000) and
+da3-edge-publish.service (MQTT; installed disabled until [mqtt] is configured).
 Frames then appear in /run/da3-edge. Check with: systemctl status da3-edge;
 /opt/da3-edge/venv/bin/da3-edge doctor; curl http://127.0.0.1:8000/healthz
 EOF
@@ -110,7 +112,7 @@ elif [ -n "$MODELS_SHA256" ]; then
 fi
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
 for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
-    systemd/da3-edge.service systemd/da3-edge-serve.service docs; do
+    systemd/da3-edge.service systemd/da3-edge-serve.service systemd/da3-edge-publish.service docs; do
     [ -e "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout"
 done
 if [ -n "$MODELS_DIR" ]; then
@@ -424,7 +426,9 @@ for unit in "${UNITS[@]}"; do
         CHANGED_UNIT=1
         note "installed $UNIT_DIR/$unit.service"
     fi
-    if [ "$(systemctl is-enabled "$unit" 2>/dev/null || true)" = enabled ]; then
+    if [[ " ${ENABLE[*]} " != *" $unit "* ]]; then
+        note "$unit installed, not enabled (configure [mqtt], then systemctl enable --now $unit)"
+    elif [ "$(systemctl is-enabled "$unit" 2>/dev/null || true)" = enabled ]; then
         note "$unit enabled already"
     else
         systemctl enable "$unit" 2>&1 | sed 's/^/    /'
@@ -462,6 +466,12 @@ else
             systemctl start da3-edge-serve || die "da3-edge-serve did not start: journalctl -u da3-edge-serve -n 50"
             note "da3-edge-serve started (http://127.0.0.1:8000/)"
         fi
+    fi
+    # publish runs only where someone enabled it; a new program or unit restarts it.
+    if [ $START -eq 1 ] && systemctl is-active --quiet da3-edge-publish \
+        && [ $((CHANGED_PROGRAM + CHANGED_UNIT)) -gt 0 ]; then
+        systemctl restart da3-edge-publish || die "da3-edge-publish did not restart: journalctl -u da3-edge-publish -n 50"
+        note "da3-edge-publish restarted"
     fi
     systemctl --no-pager --lines=0 status da3-edge da3-edge-serve | sed 's/^/    /' || true
 fi

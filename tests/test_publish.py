@@ -360,3 +360,25 @@ def test_a_broker_down_for_15_s_costs_bounded_memory(
         assert grew < 2048, grew
     finally:
         listener.close()
+
+
+def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
+    from .conftest import run_cli
+
+    off = run_cli(["publish", "--store", str(tmp_path)])
+    assert off.returncode == 0
+    assert off.stderr == (
+        "da3-edge publish: mqtt.enabled is false in the defaults: nothing to publish\n"
+    )
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[mqtt]\nenabled = true\ndevice_id = "has spaces"\n')
+    bad = run_cli(["publish", "--config", str(cfg)])
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+    assert f"{cfg}:3: mqtt.device_id must be 1-64 of A-Z a-z 0-9 _ -" in bad.stderr
+    secret = tmp_path / "pw"
+    secret.write_text("x\n")
+    secret.chmod(0o644)
+    cfg.write_text(f'[mqtt]\nenabled = true\nusername = "u"\npassword_file = "{secret}"\n')
+    leaky = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)])
+    assert leaky.returncode == 1
+    assert f"mqtt.password_file: {secret} can be read by others (mode 644)" in leaky.stderr

@@ -203,3 +203,43 @@ def test_serve_credentials_files_as_the_service_user(container: Container) -> No
     accepted = box.sh(serve)  # runs until timeout stops it (exit 124): it started
     print(accepted.stderr.strip().splitlines()[-1:])
     assert accepted.returncode == 124 and "(credentials required)" in accepted.stderr
+
+
+def test_publish_unit_under_systemd(container: Container, tmp_path: Path) -> None:
+    """The shipped publish unit in its sandbox (SocketBindDeny=any, the store read-only)
+    reaching a real mosquitto on the host: states arrive, and a stop says offline."""
+    import json
+
+    from .broker import Broker, Listener
+
+    box = container
+    (tmp_path / "broker").mkdir()
+    broker = Broker(tmp_path / "broker", {"da3edge": "pw-in-box", "ha": "ha-pass"})
+    listener = Listener(broker.port, "ha", "ha-pass")
+    try:
+        box.sh(
+            "printf 'pw-in-box\\n' > /etc/da3-edge/mqtt-password && "
+            "chown da3-edge:da3-edge /etc/da3-edge/mqtt-password && "
+            "chmod 600 /etc/da3-edge/mqtt-password && "
+            f'printf \'\\n[mqtt]\\nenabled = true\\nport = {broker.port}\\nusername = "da3edge"\\n'
+            'password_file = "/etc/da3-edge/mqtt-password"\\ndevice_id = "box"\\n'
+            "state_max_rate = 0.0\\n' >> /etc/da3-edge/da3-edge.toml"
+        )
+        assert box.sh("systemctl start da3-edge").returncode == 0
+        start = box.sh("systemctl start da3-edge-publish")
+        journal = box.sh("journalctl -u da3-edge-publish --no-pager -n 30").stdout
+        assert start.returncode == 0, start.stderr + journal
+        box.wait(lambda: len(listener.on("da3edge/box/state")) >= 3, 30, "states from the box")
+        seqs = [json.loads(m.payload)["store_seq"] for m in listener.on("da3edge/box/state")]
+        print("states from the container:", seqs[:10])
+        assert box.sh("systemctl stop da3-edge-publish").returncode == 0
+        result = box.show("Result", "ExecMainStatus", unit="da3-edge-publish")
+        assert result == {"Result": "success", "ExecMainStatus": "0"}, result
+        box.wait(
+            lambda: [m for m in listener.on("da3edge/box/availability") if m.payload == b"offline"],
+            10, "offline at stop",
+        )  # fmt: skip
+        assert box.sh("systemctl stop da3-edge").returncode == 0
+    finally:
+        listener.close()
+        broker.stop()

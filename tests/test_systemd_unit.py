@@ -21,12 +21,14 @@ from .conftest import ROOT, require_tool, skip_or_fail
 
 UNIT = ROOT / "systemd" / "da3-edge.service"
 SERVE_UNIT = ROOT / "systemd" / "da3-edge-serve.service"
-UNITS = [UNIT, SERVE_UNIT]
+PUBLISH_UNIT = ROOT / "systemd" / "da3-edge-publish.service"
+UNITS = [UNIT, SERVE_UNIT, PUBLISH_UNIT]
 README = ROOT / "systemd" / "README.md"
 # Where systemd/README.md justifies each unit's flagged items.
 HARDENING = {
     UNIT.name: "## Hardening and what remains exposed",
     SERVE_UNIT.name: "## serve: hardening and what remains exposed",
+    PUBLISH_UNIT.name: "## publish: hardening and what remains exposed",
 }
 MAX_EXPOSURE = 4.0
 
@@ -303,3 +305,25 @@ def test_serve_unit_reads_the_store_beside_the_daemon() -> None:
     assert list_setting(service["IPAddressDeny"]) == ["any"]
     assert size_bytes(service["MemoryMax"][-1]) <= 512 * 2**20
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_publish_unit_connects_out_and_never_listens() -> None:
+    """publish: after the daemon (and the network: the broker may be elsewhere), not
+    bound to it; the store only read; IP to anywhere but no port ever bound."""
+    unit = parse_unit(PUBLISH_UNIT.read_text())
+    service = unit["Service"]
+    after = list_setting(unit["Unit"]["After"])
+    assert "da3-edge.service" in after and "network-online.target" in after
+    assert not {"Requires", "BindsTo", "PartOf", "Requisite"} & set(unit["Unit"])
+    assert "RuntimeDirectory" not in service and "ReadWritePaths" not in service
+    assert service["ProtectSystem"] == ["strict"]
+    argv = service["ExecStart"][-1].split()
+    assert argv[1] == "publish" and argv[argv.index("--store") + 1] == "/run/da3-edge"
+    assert service["User"] == ["da3-edge"]  # owns mqtt.password_file (mode 0600)
+    assert set(list_setting(service["RestrictAddressFamilies"])) == {
+        "AF_UNIX",
+        "AF_INET",
+        "AF_INET6",
+    }
+    assert list_setting(service["SocketBindDeny"]) == ["any"]
+    assert "IPAddressAllow" not in service  # the broker may be on any address

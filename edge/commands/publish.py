@@ -34,11 +34,12 @@ def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     config = config_mod.load(ns.config, parts=("store", "mqtt"))
     if not config.mqtt.enabled:
-        print(
-            f"da3-edge publish: mqtt.enabled is false in {ns.config or 'the defaults'}: "
-            "nothing to publish",
-            file=sys.stderr,
-        )
+        why = f"mqtt.enabled is false in {ns.config or 'the defaults'}: nothing to publish"
+        print(f"da3-edge publish: {why}", file=sys.stderr)
+        # Under systemd (Type=notify) a clean start and stop, not a failed unit.
+        from edge.systemd import Notifier
+
+        Notifier.from_env().ready(why)
         return 0
     from edge.layout import default_store_dir
     from edge.log import setup_logging

@@ -96,6 +96,9 @@ if [ "${1:-}" = --inner ]; then
     check "systemctl is-enabled da3-edge: '$enabled'" test "$enabled" = enabled
     enabled=$(in_root systemctl is-enabled da3-edge-serve 2>&1 || true)
     check "systemctl is-enabled da3-edge-serve: '$enabled'" test "$enabled" = enabled
+    enabled=$(in_root systemctl is-enabled da3-edge-publish 2>&1 || true)
+    check "da3-edge-publish installed, not enabled: '$enabled'" test "$enabled" = disabled \
+        -a -f "$ROOT/etc/systemd/system/da3-edge-publish.service"
     check "service not started (no systemd running here)" grep -q "systemd is not running here" "$WORK/run1.out"
     check "config written from --print-default-config" grep -q '^source = "picamera2"' "$ROOT/etc/da3-edge/da3-edge.toml"
     check "unit, docs and systemd/README.md in place" test -f "$ROOT/etc/systemd/system/da3-edge.service" \
