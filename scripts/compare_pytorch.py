@@ -27,6 +27,8 @@ Measured, alternating the contenders round by round, each in a fresh process:
 - serve: scripts/bench-serve.py in the runtime env: the daemon with `da3-edge serve`
   and a page-like client against the daemon alone (--serve-rounds paired rounds),
   serve's CPU-ms per frame, peak RSS, and the `latest` switch to /events delay.
+- publish: scripts/bench-publish.py (needs mosquitto): `da3-edge publish`'s CPU-ms per
+  message with the preview off and on, and the `latest` switch to `state` delay.
 
 Prints a table; --json writes the raw numbers (scripts/gen-performance-table.py turns
 that JSON into the table in docs/performance.md).
@@ -328,6 +330,10 @@ def main() -> int:
     p.add_argument(
         "--serve-rounds", type=int, default=5, help="paired rounds for serve's cost (0: skip)"
     )
+    p.add_argument(
+        "--no-publish", dest="publish", action="store_false",
+        help="skip the MQTT publisher's figures (they need mosquitto)",
+    )  # fmt: skip
     ns = p.parse_args()
     if 1 not in ns.daemon_workers:
         p.error("--daemon-workers must include 1 (the default config)")
@@ -415,6 +421,18 @@ def main() -> int:
         if proc.returncode != 0:
             raise SystemExit(f"bench-serve.py failed: {proc.stderr[-2000:]}")
         serve = json.loads(out.read_text())
+    publish: dict[str, Any] | None = None
+    if ns.publish and shutil.which("mosquitto"):
+        out = work / "publish.json"
+        argv = [
+            str(ns.runtime_python), str(ROOT / "scripts" / "bench-publish.py"),
+            "--models", str(ns.models), "--frames", str(ns.daemon_frames or 30),
+            "--fps", f"{ns.daemon_fps:g}", "--json", str(out),
+        ]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench-publish.py failed: {proc.stderr[-2000:]}")
+        publish = json.loads(out.read_text())
 
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
@@ -435,6 +453,7 @@ def main() -> int:
         "daemon": daemon.get(1),
         "daemon_workers": {str(w): d for w, d in daemon.items() if w != 1},
         "serve": serve,
+        "publish": publish,
         "core_s": cores,
         "core_ratio": {k: v / baseline["forward_s"] for k, v in cores.items()},
         "still_s": {k: med(k, "seconds") for k in results},
@@ -460,6 +479,13 @@ def main() -> int:
             f"{serve['serve_peak_rss_mib']:.1f} MiB; latest -> event p50 {delay['p50']} ms, "
             f"p99 {delay['p99']} ms"
         )
+    if publish is not None:
+        for r in publish["runs"]:
+            print(
+                f"publish (preview {'on' if r['preview'] else 'off'}): "
+                f"{r['cpu_ms_per_message']:.2f} CPU-ms/message, latest -> state p50 "
+                f"{r['delay_ms']['p50']} ms, p99 {r['delay_ms']['p99']} ms"
+            )
     return 0
 
 

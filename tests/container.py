@@ -104,7 +104,7 @@ class Container:
             '#!/bin/sh\nPYTHONPATH=/opt/da3-edge/lib exec /usr/bin/python3 -m edge "$@"\n'
         )
         (bin_dir / "da3-edge").chmod(0o755)
-        for unit in ("da3-edge.service", "da3-edge-serve.service"):
+        for unit in ("da3-edge.service", "da3-edge-serve.service", "da3-edge-publish.service"):
             shutil.copy(ROOT / "systemd" / unit, root / "etc/systemd/system" / unit)
         (root / "etc/da3-edge").mkdir()
         (root / "etc/da3-edge/da3-edge.toml").write_text(config)

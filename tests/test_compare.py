@@ -74,6 +74,11 @@ def test_compare_pytorch_short(
     assert 0 < serve["serve_peak_rss_mib"] < 200 and serve["serve_cpu_ms_per_frame"] > 0
     assert serve["event_delay_ms"]["n"] >= 1 and serve["event_delay_ms"]["p50"] >= 0
     assert serve["rounds"][0]["with_serve"]["client_errors"] == []
+    publish = data["publish"]  # scripts/bench-publish.py: preview off, then on
+    assert [r["preview"] for r in publish["runs"]] == [False, True]
+    for r in publish["runs"]:
+        assert r["messages"] >= r["frames"] and r["cpu_ms_per_message"] > 0
+        assert r["delay_ms"]["n"] >= 1
     two = data["daemon_workers"]["2"]
     assert two["workers"] == 2 and two["threads_per_worker"] == 1
     assert two["frames"] == 4 and len(two["rounds"]) == 2

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""What `da3-edge publish` costs per message, and how late its messages are.
+
+    uv run --frozen --no-sync python scripts/bench-publish.py [--frames 30] [--json FILE]
+
+Runs a local mosquitto (Debian's; anonymous, loopback, a free port), the daemon on the
+same replay as scripts/bench-serve.py (1200x1600 photo-like JPEGs, store on a tmpfs),
+and `da3-edge publish` with every frame's state (state_max_rate 0), once with the
+preview off and once on. A paho subscriber times each `state` message against its
+frame's `latest` switch (the symlink's mtime). Reported per run: the publisher's CPU
+time per message sent (from /proc) and the delay p50/p99. scripts/compare_pytorch.py
+runs this as part of its side-by-side run. Compare only figures from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]
+
+
+def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -> dict[str, Any]:
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    port = free_port()
+    conf = work / "mosquitto.conf"
+    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\n")
+    broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    store = Path(tempfile.mkdtemp(prefix="store-", dir=work)) / "store"
+    delays: list[float] = []
+    received = [0]  # messages from the publisher (all its topics)
+    lock = threading.Lock()
+
+    def on_message(_c: Any, _u: Any, m: Any) -> None:
+        t = time.time()
+        with lock:
+            received[0] += 1
+        if not m.topic.endswith("/state"):
+            return
+        seq = json.loads(m.payload)["store_seq"]
+        latest = store / "latest"
+        try:
+            if os.readlink(latest).endswith(f"{seq:010d}"):
+                with lock:
+                    delays.append((t - os.lstat(latest).st_mtime) * 1000)
+        except OSError:
+            pass
+
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    sub = paho.Client(CallbackAPIVersion.VERSION2)
+    sub.on_message = on_message
+    sub.connect("127.0.0.1", port)
+    sub.subscribe("da3edge/#")
+    sub.loop_start()
+    cfg = work / "c.toml"
+    total = args.warmup + args.frames
+    cfg.write_text(
+        f"[store]\nkeep_frames = {total}\nmax_bytes = {total << 25}\n"
+        f'[mqtt]\nenabled = true\nport = {port}\ndevice_id = "bench"\nstate_max_rate = 0.0\n'
+        f"preview = {'true' if preview else 'false'}\nqueue_limit = 1000\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    log = work / "publish.log"
+    with open(log, "wb") as fh:
+        pub = subprocess.Popen(
+            [sys.executable, "-m", "edge", "publish", "--config", str(cfg), "--store", str(store)],
+            cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=fh, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        for _ in range(200):
+            if "connected to" in log.read_text():
+                break
+            time.sleep(0.05)
+        cpu0 = cpu_seconds(pub.pid)
+        daemon = subprocess.run(
+            [sys.executable, "-m", "edge", "run", "--config", str(cfg), "--source",
+             f"replay:{replay}@{args.fps:g}", "--store", str(store), "--models",
+             str(args.models), "--max-frames", str(total)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        if daemon.returncode != 0:
+            raise SystemExit(f"da3-edge run failed: {daemon.stderr[-2000:]}")
+        time.sleep(1.0)
+        cpu = cpu_seconds(pub.pid) - cpu0
+    finally:
+        pub.terminate()
+        pub.wait(10)
+        sub.loop_stop()
+        broker.terminate()
+        broker.wait(10)
+        shutil.rmtree(store.parent, ignore_errors=True)
+    steady = delays[args.warmup :] or delays
+    messages = received[0]  # states, stats, previews, availability, discovery
+    return {
+        "preview": preview,
+        "frames": total,
+        "messages": messages,
+        "cpu_ms_per_message": cpu * 1000 / max(1, messages),
+        "cpu_ms_per_frame": cpu * 1000 / total,
+        "delay_ms": {
+            "n": len(steady),
+            "p50": percentile(steady, 50) if steady else None,
+            "p99": percentile(steady, 99) if steady else None,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", type=Path, default=ROOT / ".cache" / "tests" / "full")
+    p.add_argument("--frames", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--fps", type=float, default=10.0)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if shutil.which("mosquitto") is None:
+        raise SystemExit("mosquitto is not installed (requirements/apt.txt)")
+    sys.path.insert(0, str(ROOT))
+    from edge import bench
+
+    work = Path(tempfile.mkdtemp(prefix="da3-bench-publish-", dir=bench.tmpfs_dir()))
+    try:
+        replay = work / "replay"
+        replay.mkdir()
+        for i in range(4):
+            (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
+        runs = [one_run(work, replay, args, preview) for preview in (False, True)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report = {
+        "what": "da3-edge publish: CPU per message and latest->state delay, preview off/on",
+        "machine": {"cpu": bench.edge_platform.cpu_features().model, "cores": os.cpu_count()},
+        "runs": runs,
+        "median_cpu_ms_per_message": statistics.median(r["cpu_ms_per_message"] for r in runs),
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
