@@ -233,3 +233,65 @@ def tmpfs_dir() -> str | None:
         if candidate and mounts.get(candidate) == "tmpfs" and os.access(candidate, os.W_OK):
             return candidate
     return None
+
+
+# -- helpers for the scripts that time the daemon and its companions ----------------
+def replay_photos(directory: Path, n: int = 4) -> Path:
+    """``n`` photo-like 1200x1600 JPEGs in ``directory``, for ``replay:``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (directory / f"{i:02d}.jpg").write_bytes(synthetic_jpeg(seed=i))
+    return directory
+
+
+def replay_daemon(
+    replay: Path,
+    store: Path,
+    models: Path,
+    *,
+    config: Path,
+    fps: float,
+    frames: int,
+    code: Path | None = None,
+    python: str = sys.executable,
+) -> list[dict[str, Any]]:
+    """`da3-edge run` on ``replay`` at ``fps`` until ``frames`` are written (from the
+    package in ``code`` when given, else the installed one); the frame records, in
+    store order. SystemExit with its stderr if it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    argv = [
+        python, "-m", "edge", "run", "--config", str(config),
+        "--source", f"replay:{replay}@{fps:g}", "--store", str(store),
+        "--models", str(models), "--max-frames", str(frames),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        argv, cwd=code, env=env, capture_output=True, text=True, timeout=1800, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"da3-edge run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return sorted(
+        (json.loads(p.read_text()) for p in (store / "frames").glob("*/frame.json")),
+        key=lambda r: int(r["store_seq"]),
+    )
+
+
+def steady_fps(records: list[dict[str, Any]], warmup: int) -> float:
+    """Written frames/s after the first ``warmup`` frames, from their t_written."""
+    steady = [r for r in records if r["store_seq"] >= warmup]
+    if len(steady) < 2:
+        raise SystemExit(f"{len(records)} frames written; too few to measure")
+    return float((len(steady) - 1) / (steady[-1]["t_written"] - steady[0]["t_written"]))
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]

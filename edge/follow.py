@@ -20,12 +20,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
 import select
 import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edge import layout
 from edge.closing import Closing
@@ -71,6 +73,16 @@ def published_between(root: Path, after: int, newest: int, most: int = 16) -> li
         if path.is_dir():
             out.append(Published(seq, path))
     return out
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file the daemon renames into place; None if it is not
+    there (yet, or pruned) or not an object."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 class _Inotify:

@@ -49,32 +49,19 @@ def checkout(rev: str, into: Path) -> str:
 def one_run(
     code: Path, models: Path, replay: Path, work: Path, args: argparse.Namespace
 ) -> dict[str, float]:
+    from edge import bench
+
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
     config = work / "daemon.toml"
     total = args.warmup + args.frames
     # The default config but a ring that keeps every frame for counting.
     config.write_text(f"[store]\nkeep_frames = {total}\nmax_bytes = {total << 25}\n")
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    env.pop("NOTIFY_SOCKET", None)
-    argv = [
-        sys.executable, "-m", "edge", "run", "--config", str(config),
-        "--source", f"replay:{replay}@{args.fps:g}", "--store", str(store),
-        "--models", str(models), "--max-frames", str(total),
-    ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=code, env=env, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"{code}: da3-edge run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    records = sorted(
-        (json.loads(p.read_text()) for p in (store / "frames").glob("*/frame.json")),
-        key=lambda r: r["store_seq"],
-    )
+    records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
+                                  frames=total, code=code)  # fmt: skip
     shutil.rmtree(store, ignore_errors=True)
     steady = [r for r in records if r["store_seq"] >= args.warmup]
-    if len(steady) < 2:
-        raise SystemExit(f"{code}: {len(records)} frames written; too few to measure")
-    span = steady[-1]["t_written"] - steady[0]["t_written"]
     return {
-        "fps": (len(steady) - 1) / span,
+        "fps": bench.steady_fps(records, args.warmup),
         "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
     }
 
@@ -110,10 +97,7 @@ def main() -> int:
                                  text=True, check=True).stdout.strip()  # fmt: skip
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "edge"], cwd=ROOT,
                                     capture_output=True, text=True).stdout.strip())  # fmt: skip
-        replay = work / "replay"
-        replay.mkdir()
-        for i in range(4):
-            (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
+        replay = bench.replay_photos(work / "replay")
         rounds = []
         for i in range(args.rounds):
             order = ("old", "new") if i % 2 == 0 else ("new", "old")

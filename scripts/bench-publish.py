@@ -29,12 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def free_port() -> int:
@@ -43,14 +37,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]
-
-
 def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -> dict[str, Any]:
     import paho.mqtt.client as paho
     from paho.mqtt.enums import CallbackAPIVersion
+
+    from edge import bench
 
     port = free_port()
     conf = work / "mosquitto.conf"
@@ -106,17 +97,11 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
             if "connected to" in log.read_text():
                 break
             time.sleep(0.05)
-        cpu0 = cpu_seconds(pub.pid)
-        daemon = subprocess.run(
-            [sys.executable, "-m", "edge", "run", "--config", str(cfg), "--source",
-             f"replay:{replay}@{args.fps:g}", "--store", str(store), "--models",
-             str(args.models), "--max-frames", str(total)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
-        )  # fmt: skip
-        if daemon.returncode != 0:
-            raise SystemExit(f"da3-edge run failed: {daemon.stderr[-2000:]}")
+        cpu0 = bench.proc_cpu_seconds(pub.pid)
+        bench.replay_daemon(replay, store, args.models, config=cfg, fps=args.fps,
+                            frames=total, code=ROOT)  # fmt: skip
         time.sleep(1.0)
-        cpu = cpu_seconds(pub.pid) - cpu0
+        cpu = bench.proc_cpu_seconds(pub.pid) - cpu0
     finally:
         pub.terminate()
         pub.wait(10)
@@ -134,8 +119,8 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
         "cpu_ms_per_frame": cpu * 1000 / total,
         "delay_ms": {
             "n": len(steady),
-            "p50": percentile(steady, 50) if steady else None,
-            "p99": percentile(steady, 99) if steady else None,
+            "p50": bench.nearest_rank(steady, 50) if steady else None,
+            "p99": bench.nearest_rank(steady, 99) if steady else None,
         },
     }
 
@@ -155,10 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     work = Path(tempfile.mkdtemp(prefix="da3-bench-publish-", dir=bench.tmpfs_dir()))
     try:
-        replay = work / "replay"
-        replay.mkdir()
-        for i in range(4):
-            (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
+        replay = bench.replay_photos(work / "replay")
         runs = [one_run(work, replay, args, preview) for preview in (False, True)]
     finally:
         shutil.rmtree(work, ignore_errors=True)

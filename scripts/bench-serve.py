@@ -32,12 +32,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -118,6 +112,8 @@ class Client:
 def run_daemon(
     models: Path, replay: Path, work: Path, args: argparse.Namespace, serve: bool
 ) -> dict[str, Any]:
+    from edge import bench
+
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work)) / "store"
     total = args.warmup + args.frames
     config = work / "daemon.toml"
@@ -142,23 +138,15 @@ def run_daemon(
         if not port:
             raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
         client = Client(port, store)
-        cpu0 = cpu_seconds(server.pid)
-    argv = [
-        sys.executable, "-m", "edge", "run", "--config", str(config),
-        "--source", f"replay:{replay}@{args.fps:g}", "--store", str(store),
-        "--models", str(models), "--max-frames", str(total),
-    ]  # fmt: skip
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"da3-edge run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    records = sorted(
-        (json.loads(p.read_text()) for p in (store / "frames").glob("*/frame.json")),
-        key=lambda r: r["store_seq"],
-    )
+        cpu0 = bench.proc_cpu_seconds(server.pid)
+    records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
+                                  frames=total, code=ROOT)  # fmt: skip
     if server is not None and client is not None:
         time.sleep(0.5)  # the last events
         client.close()
-        out["serve_cpu_ms_per_frame"] = (cpu_seconds(server.pid) - cpu0) * 1000 / len(records)
+        out["serve_cpu_ms_per_frame"] = (
+            (bench.proc_cpu_seconds(server.pid) - cpu0) * 1000 / len(records)
+        )
         out["serve_peak_rss_mib"] = peak_rss_mib(server.pid)
         out["delays_ms"] = [d * 1000 for d in client.delays]
         out["client_requests"] = client.requests
@@ -166,15 +154,8 @@ def run_daemon(
         server.terminate()
         server.wait(10)
     shutil.rmtree(store.parent, ignore_errors=True)
-    steady = [r for r in records if r["store_seq"] >= args.warmup]
-    span = steady[-1]["t_written"] - steady[0]["t_written"]
-    out["fps"] = (len(steady) - 1) / span
+    out["fps"] = bench.steady_fps(records, args.warmup)
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -191,10 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     work = Path(tempfile.mkdtemp(prefix="da3-bench-serve-", dir=bench.tmpfs_dir()))
     try:
-        replay = work / "replay"
-        replay.mkdir()
-        for i in range(4):
-            (replay / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(seed=i))
+        replay = bench.replay_photos(work / "replay")
         rounds = []
         for i in range(args.rounds):
             order = (False, True) if i % 2 == 0 else (True, False)
@@ -228,8 +206,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "serve_peak_rss_mib": max(r["with_serve"]["serve_peak_rss_mib"] for r in rounds),
         "event_delay_ms": {
             "n": len(delays),
-            "p50": percentile(delays, 50) if delays else None,
-            "p99": percentile(delays, 99) if delays else None,
+            "p50": bench.nearest_rank(delays, 50) if delays else None,
+            "p99": bench.nearest_rank(delays, 99) if delays else None,
         },
     }
     text = json.dumps(report, indent=2)

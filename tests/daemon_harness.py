@@ -123,3 +123,33 @@ def frame_dirs(store: Path) -> list[Path]:
     if not frames.is_dir():
         return []
     return sorted(p for p in frames.iterdir() if p.name.isdigit())
+
+
+class Command:
+    """`python -m edge COMMAND ARGS` as a long-running process with its log in a file
+    (serve, publish): ``log`` to read it, ``stop`` for SIGTERM and the exit code."""
+
+    def __init__(self, command: str, args: list[str], log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge", command, *args],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode

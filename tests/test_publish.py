@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,8 +25,7 @@ from typing import Any
 import pytest
 
 from .broker import Broker, Listener
-from .conftest import ROOT
-from .daemon_harness import DaemonProcess, frame_dirs
+from .daemon_harness import Command, DaemonProcess, frame_dirs
 from .test_daemon import write_config
 
 USER, PASSWORD = "da3edge", "pa55-word"
@@ -59,37 +56,14 @@ def mqtt_config(tmp: Path, port: int, *, password: str = PASSWORD, **extra: obje
     return path
 
 
-class Publish:
+class Publish(Command):
     def __init__(self, config: Path, store: Path, log: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")}
-        env["PYTHONUNBUFFERED"] = "1"
-        self.log_path = log
-        self._log = open(log, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge", "publish", "--config", str(config), "--store",
-             str(store)],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__("publish", ["--config", str(config), "--store", str(store)], log)
 
     def rss_kib(self) -> int:
         found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text())
         assert found
         return int(found.group(1))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 @contextmanager

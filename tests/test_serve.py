@@ -10,7 +10,6 @@ import base64
 import http.client
 import io
 import json
-import os
 import re
 import shutil
 import signal
@@ -27,22 +26,15 @@ import pytest
 from PIL import Image
 
 from .conftest import ROOT
-from .daemon_harness import DaemonProcess, frame_dirs
+from .daemon_harness import Command, DaemonProcess, frame_dirs
 from .test_daemon import write_config
 
 
-class Serve:
+class Serve(Command):
     """A `da3-edge serve` process; ``port`` read from its log line."""
 
     def __init__(self, args: list[str], log: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")}
-        env["PYTHONUNBUFFERED"] = "1"
-        self.log_path = log
-        self._log = open(log, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge", "serve", "--port", "0", *args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        super().__init__("serve", ["--port", "0", *args], log)
         self.port = 0
         end = time.monotonic() + 20
         while time.monotonic() < end and self.proc.poll() is None:
@@ -52,10 +44,6 @@ class Serve:
                 return
             time.sleep(0.05)
         raise AssertionError(f"serve did not start:\n{self.log}")
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
     def get(
         self, path: str, headers: dict[str, str] | None = None
@@ -67,17 +55,6 @@ class Serve:
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
         finally:
             conn.close()
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 @contextmanager

@@ -66,3 +66,11 @@ def split_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
         if item not in items:
             items.append(item)
     return items
+
+
+def add_store_and_config(p: argparse.ArgumentParser, *, sections: str) -> None:
+    """The companions' (serve, publish) way to find the daemon's config and store."""
+    p.add_argument(
+        "--config", metavar="FILE", help=f"the daemon's TOML config ({sections}, [store])"
+    )
+    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")

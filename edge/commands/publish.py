@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edge import config as config_mod
+from edge.commands import options
 
 
 def parser() -> argparse.ArgumentParser:
@@ -25,8 +26,7 @@ def parser() -> argparse.ArgumentParser:
             "mqtt.enabled = true."
         ),
     )
-    p.add_argument("--config", metavar="FILE", help="the daemon's TOML config ([mqtt], [store])")
-    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
+    options.add_store_and_config(p, sections="[mqtt]")
     return p
 
 

@@ -12,20 +12,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from edge import config as config_mod
+from edge.commands import options
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="da3-edge serve",
         description=(
-            "Serve the frame store read-only over HTTP: the newest frame (/latest.json, "
-            "/latest.jpg, /latest.png, /latest.npz, /latest.preview.png), its events "
-            "(/events), the daemon's status (/api/status) and health (/healthz). Binds "
+            "Serve the frame store read-only over HTTP: a live page (/), the newest frame "
+            "(/latest.json, /latest.jpg, /latest.png, /latest.npz, /latest.preview.png), "
+            "an MJPEG stream (/stream.mjpg), events (/events), the daemon's status "
+            "(/api/status), health (/healthz) and Prometheus metrics (/metrics). Binds "
             "127.0.0.1; any other address needs serve.token_file or serve.basic_auth_file."
         ),
     )
-    p.add_argument("--config", metavar="FILE", help="the daemon's TOML config ([serve], [store])")
-    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
+    options.add_store_and_config(p, sections="[serve]")
     p.add_argument("--host", metavar="ADDR", help="address to listen on (config serve.host)")
     p.add_argument(
         "--port", type=int, metavar="N", help="port, 0 = any free one (config serve.port)"

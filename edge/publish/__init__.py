@@ -26,7 +26,7 @@ from edge import layout
 from edge.config import MqttConfig
 from edge.credentials import read_secret
 from edge.errors import ConfigError
-from edge.follow import Follower, latest, published_between
+from edge.follow import Follower, latest, published_between, read_json
 from edge.publish import topics as t
 from edge.systemd import Notifier
 
@@ -142,7 +142,7 @@ class Publisher:
         return {"queued": len(self.queue), "dropped": self.dropped, "sent": self.sent}
 
     def on_frame(self, path: Path) -> None:
-        record = _read_json(path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+        record = read_json(path / f"{layout.STEM}{layout.SUFFIXES['json']}")
         if record is None:
             return  # pruned already
         now = time.monotonic()
@@ -160,8 +160,8 @@ class Publisher:
 
     def on_status(self) -> None:
         newest = latest(self.store)
-        record = _read_json(newest.path / "frame.json") if newest is not None else None
-        payload = t.stats_payload(_read_json(self.store / layout.STATUS), record, self.counts())
+        record = read_json(newest.path / "frame.json") if newest is not None else None
+        payload = t.stats_payload(read_json(self.store / layout.STATUS), record, self.counts())
         self.enqueue(self.topics.stats, json.dumps(payload).encode(), qos=1, retain=True)
 
     def run(self) -> int:
@@ -200,14 +200,6 @@ class Publisher:
             self.client.disconnect()
             self.client.loop_stop()
         return 0
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def run(mqtt: MqttConfig, store: Path) -> int:

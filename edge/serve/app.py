@@ -83,22 +83,25 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
             return _unavailable("no frame in the store yet")
         return newest
 
-    async def latest_json(request: Request) -> Response:
+    def frame_or_answer(request: Request) -> Newest | Response:
+        """The newest frame, or the answer instead of it: 503 (none), 304 (unchanged)."""
         newest = newest_or_503()
+        if isinstance(newest, Newest) and _not_modified(request, newest):
+            return Response(status_code=304, headers=_headers(newest))
+        return newest
+
+    async def latest_json(request: Request) -> Response:
+        newest = frame_or_answer(request)
         if isinstance(newest, Response):
             return newest
-        if _not_modified(request, newest):
-            return Response(status_code=304, headers=_headers(newest))
         return JSONResponse(newest.record, headers=_headers(newest))
 
     async def latest_file(request: Request) -> Response:
         fmt, media = FILES[request.url.path]
         for _ in range(3):
-            newest = newest_or_503()
+            newest = frame_or_answer(request)
             if isinstance(newest, Response):
                 return newest
-            if _not_modified(request, newest):
-                return Response(status_code=304, headers=_headers(newest))
             try:
                 fd = os.open(newest.path / f"{layout.STEM}{layout.SUFFIXES[fmt]}", os.O_RDONLY)
             except FileNotFoundError:
@@ -111,11 +114,9 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
         return _unavailable("frames are being pruned faster than they can be read")
 
     async def latest_jpg(request: Request) -> Response:
-        newest = newest_or_503()
+        newest = frame_or_answer(request)
         if isinstance(newest, Response):
             return newest
-        if _not_modified(request, newest):
-            return Response(status_code=304, headers=_headers(newest))
         data = await hub.jpeg(newest)
         if data is None:
             return _unavailable("no preview for the newest frame (store.formats)")

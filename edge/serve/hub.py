@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge import layout
-from edge.follow import Follower, Published, latest, published_between
+from edge.follow import Follower, Published, latest, published_between, read_json
 
 log = logging.getLogger("edge.serve")
 QUEUE = 4  # events a subscriber may fall behind by before it is dropped
@@ -67,7 +66,7 @@ class Hub:
             published = latest(self.root)
             if published is None:
                 return None
-            record = _read_json(published.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+            record = read_json(published.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
             if record is not None:
                 return Newest(published.seq, published.path, record, self.store_id())
         return None
@@ -79,7 +78,7 @@ class Hub:
             return "0"
 
     def status(self) -> dict[str, Any] | None:
-        return _read_json(self.root / layout.STATUS)
+        return read_json(self.root / layout.STATUS)
 
     async def jpeg(self, newest: Newest) -> bytes | None:
         """The frame's preview as JPEG, encoded once whoever asks (None: no preview)."""
@@ -142,7 +141,7 @@ class Hub:
             return [newest]
         out = []
         for item in published_between(self.root, before.seq, newest.seq):
-            record = _read_json(item.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+            record = read_json(item.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
             if record is not None:
                 out.append(Newest(item.seq, item.path, record, newest.store_id))
         return [*out, newest]
@@ -185,14 +184,6 @@ def _to_jpeg(png: bytes) -> bytes:
         out = io.BytesIO()
         image.convert("RGB").save(out, "JPEG", quality=85)
         return out.getvalue()
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 __all__ = ["Hub", "Newest", "Published", "Subscriber"]
