@@ -3,9 +3,11 @@
 Each test starts its own broker on 127.0.0.1 and a free port with a password file
 (mosquitto_passwd), a real paho subscriber, and `python -m edge publish` as a process.
 The discovery payload is checked against the shape Home Assistant's MQTT docs give for
-device-based discovery (home-assistant.io source/_integrations/mqtt.markdown, "Device
-discovery payload", as of Home Assistant 2024.11+): Home Assistant itself needs a
-newer Python than this machine's.
+device-based discovery: home-assistant.io, source/_integrations/mqtt.markdown, section
+"Device discovery payload" (the docs at commit a68e488f, Home Assistant 2024.12; the
+form arrived in 2024.11): `dev` and `o` at the root, `cmps` whose components each have
+a platform `p` and a `unique_id`. Home Assistant itself needs a newer Python than this
+machine's.
 """
 
 from __future__ import annotations
@@ -356,3 +358,22 @@ def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
     leaky = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)])
     assert leaky.returncode == 1
     assert f"mqtt.password_file: {secret} can be read by others (mode 644)" in leaky.stderr
+
+
+def test_discovery_again_when_home_assistant_comes_online(tmp_path: Path, broker: Broker) -> None:
+    """Home Assistant restarting publishes `online` on homeassistant/status: the device
+    is announced again (its retained config may have been cleared meanwhile)."""
+    cfg = mqtt_config(tmp_path, broker.port)
+    listener = Listener(broker.port, "ha", "ha-pass")
+    try:
+        with publishing(cfg, tmp_path / "store", tmp_path / "publish.log") as pub:
+            wait(lambda: listener.on("/config"), 20, "discovery", pub.log)
+            time.sleep(0.5)
+            before = len(listener.on("/config"))
+            listener.client.publish("homeassistant/status", b"online", qos=1)
+            wait(lambda: len(listener.on("/config")) > before, 10, "discovery again", pub.log)
+            listener.client.publish("homeassistant/status", b"offline", qos=1)
+            time.sleep(1)
+            assert len(listener.on("/config")) == before + 1  # only `online` triggers it
+    finally:
+        listener.close()
