@@ -63,16 +63,19 @@ def latest(root: Path) -> Published | None:
     return Published(int(name), root / target)
 
 
-def published_between(root: Path, after: int, newest: int, most: int = 16) -> list[Published]:
-    """The frames still in the ring numbered after ``after`` and before ``newest``:
-    two renames of ``latest`` between two looks at it are two frames (at most ``most``
-    of them, the newest)."""
-    out = []
-    for seq in range(max(after + 1, newest - most), newest):
+def published_since(root: Path, before: int | None, newest: Published) -> list[Published]:
+    """The frames published after frame ``before`` up to ``newest``, in order: two
+    renames of ``latest`` between two looks at it are two frames (the ones still in
+    the ring, at most 16 before ``newest``). Without ``before``, or when the numbers
+    started again (a store made anew), ``newest`` only."""
+    if before is None or newest.seq <= before:
+        return [newest]
+    between = []
+    for seq in range(max(before + 1, newest.seq - 16), newest.seq):
         path = root / layout.FRAMES / f"{seq:010d}"
         if path.is_dir():
-            out.append(Published(seq, path))
-    return out
+            between.append(Published(seq, path))
+    return [*between, newest]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -22,6 +22,11 @@ STATUS = "status.json"  # the daemon's state (edge/daemon/status.py)
 STORE_ID = "store-id"  # one random id per store instance: frame numbers restart with it
 
 
+def frame_file(frame_dir: Path, fmt: str) -> Path:
+    """The file of format ``fmt`` (a key of SUFFIXES) in a store frame directory."""
+    return frame_dir / f"{STEM}{SUFFIXES[fmt]}"
+
+
 def default_store_dir() -> Path:
     """``$DA3_EDGE_STORE``, else systemd's ``$RUNTIME_DIRECTORY``, else /run/da3-edge
     when writable, else ``$XDG_RUNTIME_DIR/da3-edge``, else /tmp/da3-edge-<uid>."""

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edge import atomic, frames
+from edge import atomic, frames, layout
 from edge.depth import DepthFrame
-from edge.layout import FRAMES, LATEST, STEM, STORE_ID
+from edge.layout import FRAMES, LATEST, STORE_ID
 from edge.layout import default_store_dir as default_store_dir  # re-exported
 
 
@@ -135,7 +135,7 @@ class FrameStore:
             )
             size = 0
             for fmt, data in blobs.items():
-                with open(tmp / f"{STEM}{frames.SUFFIXES[fmt]}", "wb") as fh:
+                with open(layout.frame_file(tmp, fmt), "wb") as fh:
                     atomic.put(fh, data)
                     size += fh.tell()
             os.rename(tmp, final)

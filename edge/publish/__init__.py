@@ -26,7 +26,7 @@ from edge import layout
 from edge.config import MqttConfig
 from edge.credentials import read_secret
 from edge.errors import ConfigError
-from edge.follow import Follower, latest, published_between, read_json
+from edge.follow import Follower, latest, published_since, read_json
 from edge.publish import topics as t
 from edge.systemd import Notifier
 
@@ -142,7 +142,7 @@ class Publisher:
         return {"queued": len(self.queue), "dropped": self.dropped, "sent": self.sent}
 
     def on_frame(self, path: Path) -> None:
-        record = read_json(path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+        record = read_json(layout.frame_file(path, "json"))
         if record is None:
             return  # pruned already
         now = time.monotonic()
@@ -152,7 +152,7 @@ class Publisher:
             self.enqueue(self.topics.state, json.dumps(t.state_payload(record)).encode())
         if self.mqtt.preview and now - self._last_preview >= 1 / self.mqtt.preview_max_rate:
             try:
-                png = (path / f"{layout.STEM}{layout.SUFFIXES['preview']}").read_bytes()
+                png = layout.frame_file(path, "preview").read_bytes()
             except OSError:
                 return
             self._last_preview = now
@@ -160,7 +160,7 @@ class Publisher:
 
     def on_status(self) -> None:
         newest = latest(self.store)
-        record = read_json(newest.path / "frame.json") if newest is not None else None
+        record = read_json(layout.frame_file(newest.path, "json")) if newest is not None else None
         payload = t.stats_payload(read_json(self.store / layout.STATUS), record, self.counts())
         self.enqueue(self.topics.stats, json.dumps(payload).encode(), qos=1, retain=True)
 
@@ -179,12 +179,8 @@ class Publisher:
                 if layout.LATEST in changed:
                     newest = latest(self.store)
                     if newest is not None and (seen is None or newest.seq != seen.seq):
-                        between = (
-                            published_between(self.store, seen.seq, newest.seq)
-                            if seen is not None and seen.seq < newest.seq
-                            else []  # the first, or a store made anew: its newest only
-                        )
-                        for item in [*between, newest]:
+                        before = seen.seq if seen is not None else None
+                        for item in published_since(self.store, before, newest):
                             self.on_frame(item.path)
                         seen = newest
                 # status.json every few seconds, or (no daemon) every 10 s anyway.

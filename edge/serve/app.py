@@ -103,9 +103,9 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
             if isinstance(newest, Response):
                 return newest
             try:
-                fd = os.open(newest.path / f"{layout.STEM}{layout.SUFFIXES[fmt]}", os.O_RDONLY)
+                fd = os.open(layout.frame_file(newest.path, fmt), os.O_RDONLY)
             except FileNotFoundError:
-                if not (newest.path / f"{layout.STEM}{layout.SUFFIXES['json']}").exists():
+                if not layout.frame_file(newest.path, "json").exists():
                     continue  # pruned meanwhile: the next newest
                 return _unavailable(f"this store does not write {fmt} (store.formats)")
             size = os.fstat(fd).st_size

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge import layout
-from edge.follow import Follower, Published, latest, published_between, read_json
+from edge.follow import Follower, Published, latest, published_since, read_json
 
 log = logging.getLogger("edge.serve")
 QUEUE = 4  # events a subscriber may fall behind by before it is dropped
@@ -43,7 +43,6 @@ class Newest:
 class Subscriber:
     def __init__(self) -> None:
         self.queue: asyncio.Queue[Newest | None] = asyncio.Queue(QUEUE)
-        self.dropped = False
 
 
 class Hub:
@@ -52,7 +51,6 @@ class Hub:
         self.clients = clients
         self.newest: Newest | None = None
         self.subscribers: set[Subscriber] = set()
-        self.dropped_clients = 0
         self.observers: list[Callable[[Newest], None]] = []  # called for every new frame
         self._jpeg: tuple[str, bytes] | None = None  # (etag, JPEG) of one frame
         self._jpeg_lock = asyncio.Lock()
@@ -66,7 +64,7 @@ class Hub:
             published = latest(self.root)
             if published is None:
                 return None
-            record = read_json(published.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
+            record = read_json(layout.frame_file(published.path, "json"))
             if record is not None:
                 return Newest(published.seq, published.path, record, self.store_id())
         return None
@@ -85,7 +83,7 @@ class Hub:
         async with self._jpeg_lock:
             if self._jpeg is not None and self._jpeg[0] == newest.etag:
                 return self._jpeg[1]
-            preview = newest.path / f"{layout.STEM}{layout.SUFFIXES['preview']}"
+            preview = layout.frame_file(newest.path, "preview")
             try:
                 png = preview.read_bytes()
             except FileNotFoundError:
@@ -137,19 +135,17 @@ class Hub:
 
     def _since(self, before: Newest | None, newest: Newest) -> list[Newest]:
         """The frames published after ``before`` up to ``newest``, in order."""
-        if before is None or before.store_id != newest.store_id or newest.seq <= before.seq:
-            return [newest]
+        after = before.seq if before is not None and before.store_id == newest.store_id else None
         out = []
-        for item in published_between(self.root, before.seq, newest.seq):
-            record = read_json(item.path / f"{layout.STEM}{layout.SUFFIXES['json']}")
-            if record is not None:
+        for item in published_since(self.root, after, Published(newest.seq, newest.path)):
+            if item.seq == newest.seq:
+                out.append(newest)
+            elif (record := read_json(layout.frame_file(item.path, "json"))) is not None:
                 out.append(Newest(item.seq, item.path, record, newest.store_id))
-        return [*out, newest]
+        return out
 
     def _drop(self, sub: Subscriber) -> None:
-        sub.dropped = True
         self.subscribers.discard(sub)
-        self.dropped_clients += 1
         with contextlib.suppress(asyncio.QueueEmpty):
             sub.queue.get_nowait()
         sub.queue.put_nowait(None)  # wakes it to leave
