@@ -29,6 +29,10 @@ COMMANDS = {
     ),
     "doctor": ("edge.commands.doctor", "check this machine: CPU, LiteRT, models, cameras, store"),
     "bench": ("edge.commands.bench", "benchmark: latency per stage, load, cold start, peak RSS"),
+    "install-executorch": (
+        "edge.commands.install_executorch",
+        "install the runtime for --stages executorch (no torch)",
+    ),
     "models": (
         "edge.commands.models",
         "list the models in a model directory and check their hashes",
@@ -46,7 +50,7 @@ def _help() -> str:
         "",
         "commands:",
     ]
-    lines += [f"  {name:<10}{text}" for name, (_, text) in COMMANDS.items()]
+    lines += [f"  {name:<20}{text}" for name, (_, text) in COMMANDS.items()]
     lines += [
         "",
         "Run `da3-edge COMMAND --help` for a command's options.",

@@ -11,9 +11,12 @@
 #   prepare  qemu-user-static + binfmt_misc (F flag), a bookworm arm64 root filesystem
 #            from Debian's packages (mmdebstrap; a tarball kept per machine in
 #            $DA3_EDGE_ROOTFS_CACHE, default ~/.cache/da3-edge/rootfs), the
-#            locked runtime + test wheels for aarch64 (uv --python-platform), da3-edge.
+#            locked runtime + test wheels for aarch64 (uv --python-platform), da3-edge,
+#            its ExecuTorch runner (cross-built with g++-aarch64-linux-gnu).
 #   tests    the tests marked arm (see arm_test_files below) on cortex-a76, strict.
 #   snap     `da3-edge snap` on real photos, fp32/fp16/int8, on x86_64 and cortex-a76;
+#            the ExecuTorch stages on the cross-built runner (seeded stage inputs, and
+#            `snap --stages executorch`), x86_64 against cortex-a76;
 #            the fp16 proof (the same fp16 artifact with the fp16 policy on and off);
 #            cortex-a72 (Pi 4): fp16 policy off, and LiteRT's SIGILL there (no LSE
 #            atomics) turned into a one-line error; `doctor` on both;
@@ -100,6 +103,7 @@ ensure_binfmt() {
 
 prepare() {
     ensure_binfmt
+    scripts/install-host-packages.sh g++-aarch64-linux-gnu
     mkdir -p "$LANE" "$ROOTFS_CACHE"
     find "$ROOTFS_TAR" -mtime +"$ROOTFS_MAX_DAYS" -delete 2>/dev/null || true
     if [ ! -f "$ROOTFS_TAR" ]; then
@@ -124,6 +128,13 @@ prepare() {
         --python-version "$py" -r "$reqs"
     uv pip install -q --target "$site" --python-platform aarch64-manylinux_2_28 \
         --python-version "$py" --no-deps "$REPO"
+    # The ExecuTorch runner for the root's Python (prefix /usr), cross-built here: the
+    # root has no compiler. The pinned aarch64 wheel's runtime libraries, no torch.
+    local et_dest
+    et_dest=$ROOT$(uv run --frozen --no-sync python -c \
+        'from edge import etrunner; print(etrunner.default_dir("/usr"))')
+    uv run --frozen --no-sync da3-edge install-executorch --platform aarch64 \
+        --cxx aarch64-linux-gnu-g++ --dest "$et_dest"
     # The models both lanes use: exported on the host if not current (tests/conftest.py).
     uv run --frozen --no-sync python -c \
         'from tests.conftest import build_small_models; print(build_small_models())' \
@@ -157,6 +168,14 @@ run_snap() {
         a76 -- python3 -m edge snap --models "$models" --precision "$p" --threads 2 \
             -o "$OUT/a76-$p" "$photos" 2>&1 | no_times
     done
+    # The ExecuTorch stages on da3-edge's runner (no torch in the root): stage outputs on
+    # seeded inputs, and a still end to end, on both.
+    uv run --frozen --no-sync python scripts/arm/compare.py stages "$models" "$OUT/stages-x86_64.npz"
+    a76 -- python3 "$REPO/scripts/arm/compare.py" stages "$models" "$OUT/stages-a76.npz"
+    uv run --frozen --no-sync da3-edge snap --models "$models" --precision fp32 --threads 2 \
+        --stages executorch -o "$OUT/x86_64-fp32-executorch" "$photos"
+    a76 -- python3 -m edge snap --models "$models" --precision fp32 --threads 2 \
+        --stages executorch -o "$OUT/a76-fp32-executorch" "$photos" 2>&1 | no_times
     # The fp16 proof: the same fp16 artifact, fp16 arithmetic forced off on the A76.
     a76 DA3_EDGE_FP16_ARITHMETIC=0 -- python3 -m edge snap --models "$models" --precision fp16 \
         --threads 2 -o "$OUT/a76-fp16-policy-off" "$photos" 2>&1 | no_times

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Per-frame cost of the two stage backends, measured in one run, side by side.
 
-Needs the ExecuTorch runtime, so run it with the export environment:
+Needs the ExecuTorch runner (`da3-edge install-executorch`; no torch), in the runtime env:
 
-    .venv-export/bin/python scripts/bench-stages.py --models DIR [--size 1200x1600] [--shape 378x504] [-n 20]
+    uv run python scripts/bench-stages.py --models DIR [--size 1200x1600] [--shape 378x504] [-n 20]
 
 Prints median and p90 milliseconds for preprocess (uint8 RGB -> normalised tensor)
 and postprocess (depth + conf back to the source size) for each backend, and the

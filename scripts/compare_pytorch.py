@@ -18,7 +18,7 @@ Measured, alternating the contenders round by round, each in a fresh process:
   torch.set_num_threads(--threads). Reports its forward time too (best of 3).
 - da3-edge (b): `da3-edge snap` in its default configuration (numpy stages, fp16,
   default outputs) from the runtime env (--runtime-python, default .venv), and the same
-  with `--stages executorch` from the export env.
+  with `--stages executorch` (the torch-free runner: `da3-edge install-executorch`).
 - core: LiteRT fp32 / fp16 / int8 core latency (best of 5 after warm-up) in this process,
   against the baseline's forward time, at the same thread count.
 - daemon: `da3-edge run` on replayed 1200x1600 JPEGs (default config, and each other
@@ -370,7 +370,7 @@ def main() -> int:
             str(ns.threads),
         ],
         "da3-edge-executorch": [
-            sys.executable,
+            str(ns.runtime_python),
             "-m",
             "edge",
             "snap",

@@ -214,6 +214,7 @@ apt_update() {
 
 step "apt packages"
 need=(python3 python3-venv ca-certificates procps)  # procps: /bin/kill for ExecReload=
+need+=(g++)  # builds the ExecuTorch runner once (da3-edge install-executorch)
 command -v systemctl >/dev/null || need+=(systemd)
 # Raspberry Pi repository only: the Pi camera from Python, and the camera tools.
 optional=(python3-picamera2)
@@ -334,6 +335,14 @@ if "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.fi
         || die "picamera2 does not import in $VENV (numpy mismatch? see docs/how-to/raspberry-pi.md)"
     note "picamera2 imports in the venv (numpy $("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)'))"
 fi
+
+step "ExecuTorch runner (--stages executorch, no torch)"
+# The pinned executorch wheel's C++ runtime (SHA-256 checked) and da3-edge's runner built
+# against it here, in the venv, outside what uv manages; unchanged when already built.
+et_out=$("$VENV/bin/da3-edge" install-executorch 2>"$TMP/executorch.err") \
+    || die "install-executorch failed: $(tail -n 1 "$TMP/executorch.err")"
+sed 's/^/    /' "$TMP/executorch.err"
+note "$et_out"
 
 # ---------------------------------------------------------------------------- models, installed
 same_models() {  # same model files, same bytes?

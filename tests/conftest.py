@@ -71,6 +71,20 @@ def export_env() -> Path:
     return python
 
 
+@pytest.fixture(scope="session")
+def executorch_runtime() -> Path:
+    """The torch-free ExecuTorch runner (`da3-edge install-executorch`; .ci/run installs it)."""
+    from edge import etrunner
+    from edge.errors import StagesUnavailable
+
+    directory = etrunner.runtime_dir()
+    try:
+        etrunner.check_record(etrunner.read_record(directory), directory)
+    except StagesUnavailable as exc:
+        skip_or_fail(str(exc))
+    return directory
+
+
 def require_tool(name: str, install: str) -> str:
     """The path of a host tool the test needs; skip (fail when strict) without it."""
     path = shutil.which(name)
@@ -92,9 +106,11 @@ def run_cli(
     python: Path | str = sys.executable,
     stdin: bytes | None = None,
     cwd: Path = ROOT,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`da3-edge ARGS` in a fresh process: exit code, stdout, stderr as a user sees them."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DA3_EDGE_MODELS")}
+    env.update(extra_env or {})
     proc = subprocess.run(
         [str(python), "-m", "edge", *args],
         input=stdin,

@@ -23,7 +23,8 @@ def test_bench_json_runtime_env(small_models: Path) -> None:
             "--threads",
             "1,2",
             "--json",
-        ]
+        ],
+        extra_env={"DA3_EDGE_EXECUTORCH": "/nonexistent"},
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -41,15 +42,15 @@ def test_bench_json_runtime_env(small_models: Path) -> None:
         stages = run["stage_p50_ms"]
         assert set(stages) == set(bench.STAGES)
         assert sum(stages.values()) <= run["total_ms"]["p50"] * 1.5
-    # The default install has no ExecuTorch: reported, not fatal.
+    # No ExecuTorch runner installed: reported, not fatal.
     et = [r for r in data["runs"] if r["stages"] == "executorch"]
-    assert et and all("ExecuTorch runtime" in r.get("error", "") for r in et)
+    assert et and all("install-executorch" in r.get("error", "") for r in et)
     for precision in ("fp32", "fp16", "int8"):
         cold = data["cold_still"][precision]
         assert cold["seconds"] > 0 and 50 < cold["peak_rss_mib"] < 4096
 
 
-def test_bench_table_and_executorch(export_env: Path, small_models: Path) -> None:
+def test_bench_table_and_executorch(executorch_runtime: Path, small_models: Path) -> None:
     proc = run_cli(
         [
             "bench",
@@ -65,7 +66,6 @@ def test_bench_table_and_executorch(export_env: Path, small_models: Path) -> Non
             "fp16",
             "--no-cold",
         ],
-        python=export_env,
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -1,7 +1,8 @@
 """``da3-edge doctor``: is this machine ready to run da3-edge, and if not, why.
 
 Checks, each OK / WARN / FAIL with one line of detail: platform and CPU features,
-the fp16 policy, LiteRT (imports, and a model loads with XNNPACK), ExecuTorch (optional),
+the fp16 policy, LiteRT (imports, and a model loads with XNNPACK), ExecuTorch's runner
+(optional: installed for this da3-edge, and it loads),
 the model directory (manifest, sizes, hashes), cameras (picamera2 importable,
 /dev/video* and /dev/media* present and openable), the store and state directories
 (writable, free space), and on a Raspberry Pi the temperature and throttling flags.
@@ -95,11 +96,13 @@ def check_litert() -> Check:
 
 
 def check_executorch() -> Check:
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("executorch") is None:
-        return Check(
-            "executorch", WARN, "not installed (optional: only --stages executorch needs it)"
-        )
-    return Check("executorch", OK, "importable (--stages executorch available)")
+    """The torch-free runner for --stages executorch: installed, and it loads."""
+    from edge import etrunner
+
+    usable, detail = etrunner.status()
+    if usable:
+        return Check("executorch", OK, f"--stages executorch usable: {detail}")
+    return Check("executorch", WARN, f"optional, only --stages executorch needs it: {detail}")
 
 
 def check_models(directory: Path) -> list[Check]:

@@ -1,14 +1,10 @@
 """The ExecuTorch stages: pre- and post-processing as ``.pte`` programs (XNNPACK).
 
-Chosen with ``--stages executorch``. It needs the ExecuTorch runtime, whose Python
-bindings link libtorch: ``executorch==1.5.1`` with ``torch==2.13.0`` (the export
-environment has both; the default runtime install has neither, on purpose).
-
-Import cost, measured here: ``executorch.runtime`` 3.7 s (it pulls in the export
-stack); ``executorch.extension.pybindings.portable_lib`` 2.7 s + torch, 354 MB RSS (it
-imports ``executorch.exir`` for one warning class); the extension module underneath,
-``executorch.extension.pybindings._C``, 4 ms + torch's ~0.95 s, 221 MB. This backend
-imports ``_C`` and falls back to ``portable_lib``.
+Chosen with ``--stages executorch``. The programs run on da3-edge's own runner over
+ExecuTorch's C++ runtime (``edge.etrunner``; installed by ``da3-edge install-executorch``),
+so this path imports neither torch nor the ``executorch`` Python package: on a Pi the
+runtime install has neither. (ExecuTorch's Python bindings link libtorch: ~1 GB and
+~2 s of import; the export environment still uses them to check what it writes.)
 
 Split with numpy (see ``edge.export.stages``): numpy casts uint8 to float32 (the
 program takes floats), shrinks images over ``MAX_SIDE`` a side by an exact integer
@@ -18,37 +14,20 @@ area factor first, and does what the writers need (min/max, colour lookup).
 from __future__ import annotations
 
 import math
-import time
-from typing import Any
 
 import numpy as np
 
-from edge.errors import EdgeError, ModelCorrupt, StagesUnavailable
+from edge import etrunner
+from edge.errors import EdgeError, ModelCorrupt
 from edge.models import Artifact, Manifest
-from edge.native import captured_stderr
 
 MAX_SIDE = 2048
-INSTALL_HINT = (
-    "the executorch stages need the ExecuTorch runtime (pip install executorch==1.5.1 "
-    "torch==2.13.0, ~1.1 GB; the export environment has it: .venv-export/bin/da3-edge), "
-    "or use --stages numpy"
-)
-
-
-def _import_runtime() -> tuple[Any, Any, float]:
-    start = time.perf_counter()
-    try:
-        import torch
-    except ImportError as exc:
-        raise StagesUnavailable(f"{INSTALL_HINT} ({exc})") from None
-    try:
-        from executorch.extension.pybindings import _C as runtime
-    except ImportError:
-        try:
-            from executorch.extension.pybindings import portable_lib as runtime
-        except ImportError as exc:
-            raise StagesUnavailable(f"{INSTALL_HINT} ({exc})") from None
-    return torch, runtime, (time.perf_counter() - start) * 1000
+# What each program's forward takes (dtype, rank per input): a model folder exported for
+# another layout of the stages is refused with the way out, not run into garbage.
+SIGNATURES = {
+    "pre": ((np.dtype(np.float32), 4),),
+    "post": ((np.dtype(np.float32), 4), (np.dtype(np.float32), 3)),
+}
 
 
 def shrink_integer(rgb: np.ndarray, limit: int) -> np.ndarray:
@@ -69,38 +48,31 @@ class ExecuTorchStages:
 
     def __init__(self, manifest: Manifest, threads: int | None = None) -> None:
         self.manifest = manifest
-        self._torch, self._rt, self.import_ms = _import_runtime()
-        if threads:
-            self._rt._unsafe_reset_threadpool(int(threads))
-        self._programs: dict[tuple[str, tuple[int, int]], Any] = {}
-        self._warm: set[tuple[str, tuple[int, int]]] = set()
+        self.runtime = etrunner.Runtime.get(threads)
+        self._programs: dict[tuple[str, tuple[int, int]], etrunner.Program] = {}
 
-    def _program(self, kind: str, shape: tuple[int, int]) -> Any:
+    def _program(self, kind: str, shape: tuple[int, int]) -> etrunner.Program:
         key = (kind, shape)
         if key not in self._programs:
             artifact: Artifact = self.manifest.find_stage(kind, shape)
             path = self.manifest.verify(artifact)
-            try:
-                with captured_stderr([]):
-                    self._programs[key] = self._rt._load_for_executorch(str(path))
-            except Exception as exc:
-                raise ModelCorrupt(f"{path}: ExecuTorch cannot load it ({exc})") from None
+            program = etrunner.Program(path, self.runtime)
+            takes = tuple((m.dtype, len(m.shape)) for m in program.inputs)
+            if takes != SIGNATURES[kind] or len(program.outputs) != 1:
+                program.close()
+                raise ModelCorrupt(
+                    f"{path}: a {kind} program of another da3-edge version (it takes "
+                    f"{len(takes)} inputs of other types): re-export the model directory "
+                    "(da3-edge export)"
+                )
+            self._programs[key] = program
         return self._programs[key]
-
-    def _run(self, kind: str, shape: tuple[int, int], inputs: list[Any]) -> np.ndarray:
-        program = self._program(kind, shape)
-        if (kind, shape) in self._warm:
-            out: np.ndarray = program.forward(inputs)[0].numpy()
-            return out
-        with captured_stderr([]):  # XNNPACK's cpuinfo probe talks on first use
-            out = program.forward(inputs)[0].numpy()
-        self._warm.add((kind, shape))
-        return out
 
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         rgb = shrink_integer(rgb, MAX_SIDE)
-        x = self._torch.from_numpy(rgb.astype(np.float32)[None])
-        return self._run("pre", shape, [x])
+        x = rgb.astype(np.float32)[None]
+        (out,) = self._program("pre", shape).run([x])
+        return out
 
     def postprocess(
         self, depth: np.ndarray, conf: np.ndarray, size: tuple[int, int]
@@ -110,16 +82,19 @@ class ExecuTorchStages:
         k = math.ceil(max(size) / MAX_SIDE)
         if k > 1:  # the program's bound; numpy finishes the last factor
             target = (math.ceil(size[0] / k), math.ceil(size[1] / k))
-        stacked = self._torch.from_numpy(np.stack([depth, conf])[None].astype(np.float32))
-        like = self._torch.empty((1, *target))
-        out = self._run("post", (h, w), [stacked, like])[0]
+        stacked = np.stack([depth, conf])[None].astype(np.float32, copy=False)
+        like = np.empty((1, *target), dtype=np.float32)  # only its shape is read
+        # Views: each half is copied once below (the program's memory is reused).
+        (out,) = self._program("post", (h, w)).run([stacked, like], copy=False)
         if target != size:
             from edge.stages.numpy import _resize_float
 
-            return _resize_float(out[0], size), _resize_float(out[1], size)
-        return np.ascontiguousarray(out[0]), np.ascontiguousarray(out[1])
+            return _resize_float(out[0, 0], size), _resize_float(out[0, 1], size)
+        return out[0, 0].copy(), out[0, 1].copy()
 
     def close(self) -> None:
+        for program in self._programs.values():
+            program.close()
         self._programs.clear()
 
 

@@ -2,6 +2,7 @@
 """The aarch64 lane's checks: x86_64 against emulated Cortex-A76 outputs, the fp16 proof.
 
     python scripts/arm/compare.py photos DIR   # the lane's input photos (real, small)
+    python scripts/arm/compare.py stages MODELS OUT.npz   # the ExecuTorch stages, seeded inputs
     python scripts/arm/compare.py check OUT    # compare the snap outputs under OUT
 
 ``check`` reads what scripts/arm-lane.sh wrote (`da3-edge snap` outputs, one directory
@@ -9,6 +10,9 @@ per run: x86_64-<p>, a76-<p>, a76-fp16-policy-off; a72-*.txt; doctor-*.json), pr
 a table, writes OUT/report.json and exits 1 if any check fails:
 
 - the same model on x86_64 and on the A76 agrees per precision (limits: ARCH below);
+- the ExecuTorch stages (da3-edge's runner, no torch in the arm64 root) give the same
+  numbers on both, max |d| <= STAGES_MAX_ABS on seeded inputs, and `snap --stages
+  executorch` agrees end to end like fp32 does;
 - fp16 on the A76 ran with fp16 arithmetic (its JSON says so) and gave outputs that
   differ from the same artifact with the policy off (so FORCE_FP16 engaged), both
   within Pearson >= 0.999 of the x86_64 fp32 reference;
@@ -41,6 +45,27 @@ PHOTO_SIZE = (364, 280)  # (w, h): twice the small test model's 182x140
 # differ per kernel, so it gets int8's own limit.
 ARCH = {"fp32": (0.99999, 1e-4), "fp16": (0.9999, 5e-3), "int8": (0.99, None)}
 FP16_VS_FP32 = 0.999  # the issue's bar for fp16 arithmetic against the fp32 reference
+STAGES_MAX_ABS = 1e-4  # ExecuTorch stage outputs, x86_64 vs cortex-a76 (normalised / depth units)
+STAGE_SHAPE = (140, 182)  # the small test model's
+
+
+def run_stages(models: Path, out: Path) -> None:
+    """The pre and post programs on seeded inputs through da3-edge's runner."""
+    from edge import etrunner
+    from edge.models import Manifest
+
+    manifest = Manifest.load(models)
+    runtime = etrunner.Runtime.get(threads=2)
+    pre = etrunner.Program(manifest.verify(manifest.find_stage("pre", STAGE_SHAPE)), runtime)
+    post = etrunner.Program(manifest.verify(manifest.find_stage("post", STAGE_SHAPE)), runtime)
+    rng = np.random.default_rng(7)
+    results = {}
+    for h, w in ((280, 364), (97, 131)):
+        image = (rng.random((1, h, w, 3)) * 255).astype(np.float32)
+        results[f"pre_{h}x{w}"] = pre.run([image])[0]
+    stacked = (rng.random((1, 2, *STAGE_SHAPE)) + 0.5).astype(np.float32)
+    results["post_280x364"] = post.run([stacked, np.empty((1, 280, 364), np.float32)])[0]
+    np.savez(out, **results)
 
 
 def make_photos(out: Path) -> None:
@@ -66,6 +91,7 @@ def load(run: Path) -> dict[str, tuple[np.ndarray, dict[str, object]]]:
 
 def check(out: Path) -> int:
     names = [f"{arch}-{p}" for arch in ("x86_64", "a76") for p in ARCH] + ["a76-fp16-policy-off"]
+    names += ["x86_64-fp32-executorch", "a76-fp32-executorch"]
     runs = {name: load(out / name) for name in names}
     rows: list[dict[str, object]] = []
     failures: list[str] = []
@@ -141,6 +167,20 @@ def check(out: Path) -> int:
         verdict = "LiteRT and models ok" if usable else "LiteRT blocked, not ok"
         record(f"doctor on {cpu}: {model}, fp16 {fp16}, {verdict}", ok, detail=detail)
 
+    with np.load(out / "stages-x86_64.npz") as a, np.load(out / "stages-a76.npz") as b:
+        diffs = {k: float(np.abs(a[k] - b[k]).max()) for k in a.files}
+    record(
+        f"executorch stages: cortex-a76 vs x86_64, max |d| <= {STAGES_MAX_ABS}",
+        set(diffs) == {"pre_280x364", "pre_97x131", "post_280x364"}
+        and max(diffs.values()) <= STAGES_MAX_ABS,
+        **{f"max_abs {k}": v for k, v in diffs.items()},
+    )
+    m = worst("x86_64-fp32-executorch", "a76-fp32-executorch")
+    min_r, max_rel = ARCH["fp32"]
+    ok = m["pearson"] >= min_r and m["rel_l2"] <= max_rel
+    ok = ok and {meta["stages"] for _, meta in runs["a76-fp32-executorch"].values()} == {"executorch"}
+    record("snap --stages executorch: cortex-a76 vs x86_64 (fp32)", ok, **m)
+
     (out / "report.json").write_text(json.dumps(rows, indent=2) + "\n")
     for row in rows:
         numbers = ", ".join(
@@ -160,6 +200,9 @@ def check(out: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "stages":
+        run_stages(Path(argv[1]), Path(argv[2]))
+        return 0
     if len(argv) != 2 or argv[0] not in ("photos", "check"):
         print(__doc__, file=sys.stderr)
         return 2

@@ -118,6 +118,8 @@ if [ "${1:-}" = --inner ]; then
     set -e
     sed 's/^/  | /' "$WORK/doctor.out"
     check "da3-edge doctor: exit $rc, ready" test $rc = 0
+    check "ExecuTorch runner built on the device and usable by da3-edge (doctor)" \
+        grep -Eq "ok +executorch +--stages executorch usable: runner for executorch" "$WORK/doctor.out"
     # fp32: emulated fp16 arithmetic (the config's fp16 on a Cortex-A76) takes a minute a frame.
     echo "--- da3-edge run --source fake --precision fp32 --max-frames 2 (as da3-edge, the installed config)"
     set +e

@@ -1,0 +1,317 @@
+"""The torch-free ExecuTorch runner (edge.etrunner): install, load, run, refuse.
+
+Against the real ExecuTorch runtime libraries of the pinned wheel, built by
+`da3-edge install-executorch`, on the small test models' real .pte programs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge import etrunner
+from edge.errors import EdgeError, ModelCorrupt
+from edge.etrunner import install
+from edge.models import Manifest
+from tests.conftest import ROOT, run_cli
+
+
+def _python(code: str, *, python: Path | str = sys.executable, env: dict[str, str] | None = None):
+    import os
+
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [str(python), "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=ROOT,
+    )
+
+
+def test_version_is_the_export_environments() -> None:
+    """The runtime that runs the programs is the release that wrote them."""
+    pins = (ROOT / "requirements" / "export.txt").read_text()
+    assert f"executorch=={etrunner.EXECUTORCH_VERSION}" in pins
+    for wheel in install.WHEELS.values():
+        assert wheel.filename.startswith(f"executorch-{etrunner.EXECUTORCH_VERSION}-")
+        assert re.fullmatch(r"[0-9a-f]{64}", wheel.sha256)
+
+
+def test_runner_abi_matches_the_binding() -> None:
+    source = etrunner.runner_source().decode()
+    assert f"constexpr int kAbi = {etrunner.ABI};" in source
+
+
+@pytest.mark.arm
+def test_runtime_links_no_torch(executorch_runtime: Path) -> None:
+    """What install-executorch keeps: the runner and four runtime libraries, none of
+    which needs libtorch (ELF NEEDED entries, read from the files)."""
+    libs = sorted(p.name for p in (executorch_runtime / "executorch" / "lib").iterdir())
+    assert libs == sorted(install.LIBS)
+    record = json.loads((executorch_runtime / "runtime.json").read_text())
+    assert record["executorch"] == etrunner.EXECUTORCH_VERSION
+    for path in [
+        executorch_runtime / "runner.so",
+        *(executorch_runtime / "executorch/lib").iterdir(),
+    ]:
+        needed = _elf_needed(path.read_bytes())
+        assert needed, path
+        assert not [n for n in needed if re.match(r"lib(torch|c10)", n)], (path, needed)
+
+
+def _elf_needed(data: bytes) -> list[str]:
+    """DT_NEEDED names of a 64-bit little-endian ELF shared object."""
+    import struct
+
+    assert data[:4] == b"\x7fELF" and data[4] == 2
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+    ]
+    dynamic = next(s for s in sections if s[1] == 6)  # SHT_DYNAMIC
+    strtab = sections[dynamic[6]]  # sh_link
+    names = []
+    for off in range(dynamic[4], dynamic[4] + dynamic[5], 16):
+        tag, value = struct.unpack_from("<qQ", data, off)
+        if tag == 0:
+            break
+        if tag == 1:  # DT_NEEDED
+            start = strtab[4] + value
+            names.append(data[start : data.index(b"\0", start)].decode())
+    return names
+
+
+def test_programs_run_and_match_executorchs_own_bindings(
+    executorch_runtime: Path, export_env: Path, small_models: Path
+) -> None:
+    """Our runner and ExecuTorch's Python bindings (torch) run the same programs on the
+    same inputs: the same numbers. The bindings run in the export environment."""
+    manifest = Manifest.load(small_models)
+    pre = manifest.verify(manifest.find_stage("pre", (140, 182)))
+    post = manifest.verify(manifest.find_stage("post", (140, 182)))
+    rng = np.random.default_rng(0)
+    image = (rng.random((1, 301, 397, 3)) * 255).astype(np.float32)
+    stacked = (rng.random((1, 2, 140, 182)) + 0.5).astype(np.float32)
+    inputs = ROOT / ".cache" / "tests" / "etrunner-inputs.npz"
+    inputs.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(inputs, image=image, stacked=stacked)
+    theirs = ROOT / ".cache" / "tests" / "etrunner-bindings.npz"
+    proc = _python(
+        f"""
+        import numpy as np, torch
+        from executorch.extension.pybindings.portable_lib import _load_for_executorch
+        x = np.load({str(inputs)!r})
+        a = _load_for_executorch({str(pre)!r}).forward([torch.from_numpy(x["image"])])[0]
+        like = torch.zeros(1, 257, 311)
+        b = _load_for_executorch({str(post)!r}).forward([torch.from_numpy(x["stacked"]), like])[0]
+        np.savez({str(theirs)!r}, pre=a.numpy(), post=b.numpy())
+        """,
+        python=export_env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    runtime = etrunner.Runtime.get()
+    with np.load(theirs) as ref:
+        (a,) = etrunner.Program(pre, runtime).run([image])
+        pre_d = float(np.abs(a - ref["pre"]).max())
+        like = np.empty((1, 257, 311), np.float32)
+        (b,) = etrunner.Program(post, runtime).run([stacked, like])
+        post_d = float(np.abs(b - ref["post"]).max())
+    print(f"runner vs ExecuTorch's bindings: pre max|d| {pre_d:.2e}, post max|d| {post_d:.2e}")
+    assert a.shape == (1, 3, 140, 182) and b.shape == (1, 2, 257, 311)
+    assert pre_d <= 1e-5 and post_d <= 1e-5
+
+
+TORCH_FREE = """
+import os, re, sys, importlib.util
+import numpy as np
+assert importlib.util.find_spec("torch") is not None, "torch must be installed for this test"
+assert importlib.util.find_spec("executorch") is not None
+from edge.pipeline import Pipeline, PipelineSpec
+spec = PipelineSpec(models={models!r}, stages="executorch", threads=2)
+with Pipeline.load(spec) as pipe:
+    frame = pipe.run({photo!r})
+assert frame.depth.shape == (480, 640), frame.depth.shape
+loaded = [m for m in sys.modules if m == "torch" or m.startswith(("torch.", "executorch"))]
+maps = {{line.split()[-1] for line in open("/proc/self/maps") if "/" in line}}
+libs = sorted(p for p in maps if re.match(r"lib(torch|c10)", os.path.basename(p)))
+runner = sorted(os.path.basename(p) for p in maps if "da3-edge/executorch-" in p)
+print("modules:", loaded, "libs:", libs, "stages:", frame.stages, "runner:", runner)
+assert not loaded and not libs and frame.stages == "executorch" and "runner.so" in runner
+"""
+
+
+def test_executorch_stages_import_no_torch_where_torch_is_installed(
+    executorch_runtime: Path, export_env: Path, small_models: Path, tmp_path: Path
+) -> None:
+    """In the export environment (torch and executorch installed), the ExecuTorch stages
+    leave torch and executorch out of sys.modules and libtorch out of the memory map."""
+    from PIL import Image
+
+    photo = tmp_path / "p.png"
+    rng = np.random.default_rng(1)
+    Image.fromarray((rng.random((480, 640, 3)) * 255).astype(np.uint8)).save(photo)
+    proc = _python(
+        TORCH_FREE.format(models=str(small_models), photo=str(photo)),
+        python=export_env,
+        env={etrunner.ENV_RUNTIME: str(executorch_runtime)},
+    )
+    print(proc.stdout.strip())
+    assert proc.returncode == 0, proc.stderr
+    assert "modules: [] libs: [] stages: executorch" in proc.stdout
+
+
+def _photo(tmp_path: Path) -> Path:
+    from PIL import Image
+
+    path = tmp_path / "grey.png"
+    Image.new("RGB", (64, 48), (128, 128, 128)).save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"executorch": "1.4.0"}, "built for executorch 1.4.0, this da3-edge needs 1.5.1"),
+        ({"runner_sha256": "0" * 64}, "built from another da3-edge's source"),
+    ],
+)
+def test_a_runner_for_another_version_is_refused(
+    executorch_runtime: Path, tmp_path: Path, edit: dict[str, str], message: str
+) -> None:
+    copy = tmp_path / "rt"
+    shutil.copytree(executorch_runtime, copy, symlinks=True)
+    record = json.loads((copy / "runtime.json").read_text())
+    (copy / "runtime.json").write_text(json.dumps({**record, **edit}))
+    proc = _python(
+        "from edge import etrunner; print(etrunner.status())", env={etrunner.ENV_RUNTIME: str(copy)}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "(False, " in proc.stdout and message in proc.stdout
+    assert "da3-edge install-executorch" in proc.stdout
+
+
+@pytest.mark.arm
+def test_unloadable_and_foreign_programs_are_model_corrupt(
+    executorch_runtime: Path, small_models: Path, tmp_path: Path
+) -> None:
+    runtime = etrunner.Runtime.get()
+    junk = tmp_path / "junk.pte"
+    junk.write_bytes(b"not a program" * 100)
+    with pytest.raises(ModelCorrupt, match=r"junk.pte: ExecuTorch cannot load it \(cannot load"):
+        etrunner.Program(junk, runtime)
+    # An old model folder whose pre program takes other inputs (here: the post program's).
+    folder = tmp_path / "models"
+    shutil.copytree(small_models, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    pre = next(a for a in manifest["artifacts"] if a["kind"] == "pre")
+    post = next(a for a in manifest["artifacts"] if a["kind"] == "post")
+    shutil.copyfile(folder / post["file"], folder / pre["file"])
+    pre.update(bytes=post["bytes"], sha256=post["sha256"])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    proc = run_cli(
+        [
+            "snap",
+            str(_photo(tmp_path)),
+            "--stages",
+            "executorch",
+            "--models",
+            str(folder),
+            "-o",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert proc.returncode == 1
+    assert "a pre program of another da3-edge version" in proc.stderr
+    assert "re-export the model directory" in proc.stderr
+
+
+@pytest.mark.arm
+def test_thread_count_is_set_before_programs_open(
+    executorch_runtime: Path, small_models: Path
+) -> None:
+    """Resizing ExecuTorch's pool under an open program crashed the process (SIGSEGV in
+    the pool): it is refused instead; before any program opens it works."""
+    proc = _python(
+        f"""
+        from edge import etrunner
+        from edge.errors import StagesUnavailable
+        from edge.models import Manifest
+        m = Manifest.load({str(small_models)!r})
+        rt = etrunner.Runtime.get(threads=1)
+        assert rt.threads == 1, rt.threads
+        p = etrunner.Program(m.verify(m.find_stage("pre", (140, 182))), rt)
+        try:
+            rt.set_threads(2)
+        except StagesUnavailable as exc:
+            print("refused:", exc)
+        p.close()
+        rt.set_threads(2)
+        print("threads", rt.threads)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: the ExecuTorch thread pool already runs 1 threads" in proc.stdout
+    assert "threads 2" in proc.stdout
+
+
+@pytest.fixture(scope="session")
+def pinned_wheel() -> Path:
+    """The host's pinned wheel, from the user's cache (install-executorch put it there;
+    session-scoped, so it sees the real cache, not a test's private one)."""
+    return install.fetch_wheel(install.WHEELS[install.host_platform()])
+
+
+def test_install_checks_the_wheel_and_is_idempotent(
+    executorch_runtime: Path, pinned_wheel: Path, tmp_path: Path
+) -> None:
+    """A second install changes nothing; a tampered or misnamed wheel is refused before
+    anything is written; no compiler and cross builds without one are one line each."""
+    path, changed = install.install(executorch_runtime)
+    assert (path, changed) == (executorch_runtime, False)
+    tampered = tmp_path / pinned_wheel.name
+    shutil.copyfile(pinned_wheel, tampered)
+    with zipfile.ZipFile(tampered, "a") as z:
+        z.writestr("extra.txt", "x")
+    dest = tmp_path / "dest"
+    with pytest.raises(EdgeError, match="not the pinned wheel"):
+        install.install(dest, wheel=tampered)
+    with pytest.raises(EdgeError, match="expected the pinned"):
+        install.install(dest, wheel=tmp_path)
+    with pytest.raises(EdgeError, match="cannot read the wheel"):
+        install.install(dest, wheel=tmp_path / "gone" / pinned_wheel.name)
+    with pytest.raises(EdgeError, match=r"no C\+\+ compiler 'no-such-c\+\+'"):
+        install.install(dest, cxx="no-such-c++")
+    other = "aarch64" if install.host_platform() == "x86_64" else "x86_64"
+    with pytest.raises(EdgeError, match="needs a cross compiler"):
+        install.install(dest, target=other)
+    assert not dest.exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+def test_install_builds_a_working_runner(
+    executorch_runtime: Path, pinned_wheel: Path, tmp_path: Path
+) -> None:
+    """A fresh install into a new directory (the cached wheel, the system compiler)."""
+    cached = pinned_wheel
+    proc = run_cli(["install-executorch", "--dest", str(tmp_path / "rt"), "--wheel", str(cached)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"installed: {tmp_path / 'rt'}"
+    assert "building runner.so with" in proc.stderr
+    status = _python(
+        "from edge import etrunner; print(etrunner.status())",
+        env={etrunner.ENV_RUNTIME: str(tmp_path / "rt")},
+    )
+    assert "(True, 'runner for executorch 1.5.1" in status.stdout, status.stdout + status.stderr
+    again = run_cli(["install-executorch", "--dest", str(tmp_path / "rt"), "--wheel", str(cached)])
+    assert again.returncode == 0 and again.stdout.strip() == f"unchanged: {tmp_path / 'rt'}"
