@@ -255,6 +255,7 @@ def test_thread_count_is_set_before_programs_open(
             rt.set_threads(2)
         except StagesUnavailable as exc:
             print("refused:", exc)
+        print("kept", etrunner.Runtime.get(threads=3).threads)  # a reload's ask: warned, kept
         p.close()
         rt.set_threads(2)
         print("threads", rt.threads)
@@ -262,6 +263,7 @@ def test_thread_count_is_set_before_programs_open(
     )
     assert proc.returncode == 0, proc.stderr
     assert "refused: the ExecuTorch thread pool already runs 1 threads" in proc.stdout
+    assert "kept 1" in proc.stdout and "ExecuTorch stages keep 1 threads" in proc.stderr
     assert "threads 2" in proc.stdout
 
 

@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -40,6 +41,7 @@ import numpy as np
 from edge.errors import ModelCorrupt, StagesUnavailable
 from edge.native import captured_stderr
 
+log = logging.getLogger(__name__)
 EXECUTORCH_VERSION = "1.5.1"
 ABI = 1  # runner.cpp's kAbi
 ENV_RUNTIME = "DA3_EDGE_EXECUTORCH"
@@ -148,8 +150,17 @@ class Runtime:
             if cls._loaded is None or cls._loaded.directory != runtime_dir():
                 cls._loaded = cls(runtime_dir())
             runtime = cls._loaded
-        if threads:
-            runtime.set_threads(threads)
+        if threads and threads != runtime.threads:
+            if runtime.open_programs:
+                # A reload that changes the thread count while the old stages still
+                # run: the pool stays as it is (stage programs are small), said once.
+                log.warning(
+                    "ExecuTorch stages keep %d threads (programs are open; %d asked for)",
+                    runtime.threads,
+                    threads,
+                )
+            else:
+                runtime.set_threads(threads)
         return runtime
 
     def error(self) -> str:

@@ -178,7 +178,9 @@ def check(out: Path) -> int:
     m = worst("x86_64-fp32-executorch", "a76-fp32-executorch")
     min_r, max_rel = ARCH["fp32"]
     ok = m["pearson"] >= min_r and m["rel_l2"] <= max_rel
-    ok = ok and {meta["stages"] for _, meta in runs["a76-fp32-executorch"].values()} == {"executorch"}
+    ok = ok and {meta["stages"] for _, meta in runs["a76-fp32-executorch"].values()} == {
+        "executorch"
+    }
     record("snap --stages executorch: cortex-a76 vs x86_64 (fp32)", ok, **m)
 
     (out / "report.json").write_text(json.dumps(rows, indent=2) + "\n")
