@@ -19,6 +19,8 @@ Measured, alternating the contenders round by round, each in a fresh process:
 - da3-edge (b): `da3-edge snap` in its default configuration (numpy stages, fp16,
   default outputs) from the runtime env (--runtime-python, default .venv), and the same
   with `--stages executorch` (the torch-free runner: `da3-edge install-executorch`).
+- stages: scripts/bench-stages.py in the runtime env, numpy and ExecuTorch stages
+  alternating call by call, at 1 thread and at --threads.
 - core: LiteRT fp32 / fp16 / int8 core latency (best of 5 after warm-up) in this process,
   against the baseline's forward time, at the same thread count.
 - daemon: `da3-edge run` on replayed 1200x1600 JPEGs (default config, and each other
@@ -408,6 +410,20 @@ def main() -> int:
     if ns.daemon_frames:
         daemon = daemon_rounds(ns, work, shape)
 
+    # The two stage backends side by side (scripts/bench-stages.py, runtime env: the
+    # ExecuTorch stages on da3-edge's runner), at 1 thread and at --threads.
+    stage_costs: dict[str, Any] = {}
+    for threads in sorted({1, ns.threads}):
+        argv = [
+            str(ns.runtime_python), str(ROOT / "scripts" / "bench-stages.py"),
+            "--models", str(ns.models), "--shape", f"{shape[0]}x{shape[1]}",
+            "--threads", str(threads), "-n", "30", "--json",
+        ]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench-stages.py failed: {proc.stderr[-2000:]}")
+        stage_costs[str(threads)] = json.loads(proc.stdout)
+
     serve: dict[str, Any] | None = None
     if ns.serve_rounds:
         out = work / "serve.json"
@@ -454,6 +470,7 @@ def main() -> int:
         "daemon_workers": {str(w): d for w, d in daemon.items() if w != 1},
         "serve": serve,
         "publish": publish,
+        "stages": stage_costs,
         "core_s": cores,
         "core_ratio": {k: v / baseline["forward_s"] for k, v in cores.items()},
         "still_s": {k: med(k, "seconds") for k in results},

@@ -51,6 +51,21 @@ def render(data: dict) -> str:  # type: ignore[type-arg]
             + ("<= 0.5 and <= 350 MiB" if name == "da3-edge" else "")
             + " |"
         )
+    for threads, st in sorted((data.get("stages") or {}).items()):
+        (h, w), (ch, cw) = st["size"], st["shape"]
+        res = st["results"]
+        for kind in ("pre", "post"):
+            what = (
+                f"preprocess {h}x{w} -> {ch}x{cw}"
+                if kind == "pre"
+                else f"postprocess {ch}x{cw} -> {h}x{w}"
+            )
+            rows.append(
+                f"| {what}, {threads} thread(s): numpy vs ExecuTorch stages | "
+                f"{res['numpy'][f'{kind}_ms_median']:.1f} ms (numpy) | "
+                f"{res['executorch'][f'{kind}_ms_median']:.1f} ms | "
+                f"{res[f'ratio_{kind}_median']:.2f} | <= 1.2 |"
+            )
     d = data.get("daemon")
     if d:
         rows.append(

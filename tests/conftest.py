@@ -148,6 +148,7 @@ def _code_stamp(args: list[str]) -> str:
     digest = hashlib.sha256(json.dumps(args).encode())
     for pattern in (
         "edge/export/*.py",
+        "edge/stages/*.py",  # the stage programs and their export check
         "edge/models.py",
         "edge/parity.py",
         "requirements/export*.txt",
@@ -219,6 +220,24 @@ def photo_path(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("scikit-image (a dev dependency) is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / "data" / name
+
+
+# The stage-fidelity sizes (H x W): tiny, small, HD both ways, the default camera both
+# ways, 12 MP photos both ways (over the ExecuTorch stages' 2048-a-side bound).
+STAGE_SIZES = ((40, 30), (300, 200), (720, 1280), (1280, 720), (1200, 1600), (1600, 1200))
+STAGE_SIZES += ((3000, 4000), (4032, 3024))
+
+
+def sized_photos() -> dict[str, np.ndarray]:
+    """A real photograph (astronaut) resized with Pillow to each of STAGE_SIZES."""
+    from PIL import Image
+
+    with Image.open(photo_path("astronaut.png")) as im:
+        base = im.convert("RGB")
+        return {
+            f"{h}x{w}": np.asarray(base.resize((w, h), Image.Resampling.LANCZOS))
+            for h, w in STAGE_SIZES
+        }
 
 
 def normalised_photo(name: str, shape: tuple[int, int]) -> np.ndarray:

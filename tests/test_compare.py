@@ -53,6 +53,12 @@ def test_compare_pytorch_short(
     for name in data["still_s"]:
         assert data["still_peak_rss_mib"][name] > 50
     assert data["still_ratio"]["pytorch"] == 1.0
+    # Both stage backends, 1 thread and all threads, from the runtime env (no torch there).
+    assert set(data["stages"]) == {"1", "2"}
+    for st in data["stages"].values():
+        for kind in ("pre", "post"):
+            assert st["results"][f"ratio_{kind}_median"] > 0
+            assert {"numpy", "executorch"} <= set(st["results"])
     # DA3-small's mono depth+conf path at 378x504: ~58 GFLOP of convolutions and linear
     # layers (the usual figure) plus ~17 GFLOP of attention.
     assert 70e9 < data["flops"] < 80e9, data["flops"]

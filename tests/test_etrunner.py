@@ -21,7 +21,8 @@ import pytest
 from edge import etrunner
 from edge.errors import EdgeError, ModelCorrupt
 from edge.etrunner import install
-from edge.models import Manifest
+from edge.models import Manifest, da3_shape
+from edge.stages import bands
 from tests.conftest import ROOT, run_cli
 
 
@@ -101,18 +102,21 @@ def test_programs_run_and_match_executorchs_own_bindings(
     pre = manifest.verify(manifest.find_stage("pre", (140, 182)))
     post = manifest.verify(manifest.find_stage("post", (140, 182)))
     rng = np.random.default_rng(0)
-    image = (rng.random((1, 301, 397, 3)) * 255).astype(np.float32)
+    rgb = (rng.random((301, 397, 3)) * 255).astype(np.uint8)
+    core = da3_shape(301, 397)
+    pre_in = bands.program_inputs(rgb, bands.plan((301, 397), core))
     stacked = (rng.random((1, 2, 140, 182)) + 0.5).astype(np.float32)
     inputs = ROOT / ".cache" / "tests" / "etrunner-inputs.npz"
     inputs.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(inputs, image=image, stacked=stacked)
+    np.savez(inputs, *pre_in, stacked=stacked)
     theirs = ROOT / ".cache" / "tests" / "etrunner-bindings.npz"
     proc = _python(
         f"""
         import numpy as np, torch
         from executorch.extension.pybindings.portable_lib import _load_for_executorch
         x = np.load({str(inputs)!r})
-        a = _load_for_executorch({str(pre)!r}).forward([torch.from_numpy(x["image"])])[0]
+        pre_in = [torch.from_numpy(x[f"arr_{{i}}"]) for i in range(8)]
+        a = _load_for_executorch({str(pre)!r}).forward(pre_in)[0]
         like = torch.zeros(1, 257, 311)
         b = _load_for_executorch({str(post)!r}).forward([torch.from_numpy(x["stacked"]), like])[0]
         np.savez({str(theirs)!r}, pre=a.numpy(), post=b.numpy())
@@ -122,13 +126,14 @@ def test_programs_run_and_match_executorchs_own_bindings(
     assert proc.returncode == 0, proc.stderr
     runtime = etrunner.Runtime.get()
     with np.load(theirs) as ref:
-        (a,) = etrunner.Program(pre, runtime).run([image])
+        (a,) = etrunner.Program(pre, runtime).run(pre_in)
         pre_d = float(np.abs(a - ref["pre"]).max())
         like = np.empty((1, 257, 311), np.float32)
         (b,) = etrunner.Program(post, runtime).run([stacked, like])
         post_d = float(np.abs(b - ref["post"]).max())
     print(f"runner vs ExecuTorch's bindings: pre max|d| {pre_d:.2e}, post max|d| {post_d:.2e}")
-    assert a.shape == (1, 3, 140, 182) and b.shape == (1, 2, 257, 311)
+    assert a.shape[0] == 3 and a.shape[1] >= core[0] and a.shape[2] >= core[1]
+    assert b.shape == (1, 2, 257, 311)
     assert pre_d <= 1e-5 and post_d <= 1e-5
 
 
@@ -317,3 +322,16 @@ def test_install_builds_a_working_runner(
     assert "(True, 'runner for executorch 1.5.1" in status.stdout, status.stdout + status.stderr
     again = run_cli(["install-executorch", "--dest", str(tmp_path / "rt"), "--wheel", str(cached)])
     assert again.returncode == 0 and again.stdout.strip() == f"unchanged: {tmp_path / 'rt'}"
+
+
+@pytest.mark.arm
+def test_stage_programs_plan_little_memory(executorch_runtime: Path, small_models: Path) -> None:
+    """The pre program uses the caller's buffers in place (no planned input) and plans
+    its intermediates at its bounds; the post program's output is planned at 2048 a side."""
+    manifest = Manifest.load(small_models)
+    runtime = etrunner.Runtime.get()
+    pre = etrunner.Program(manifest.verify(manifest.find_stage("pre", (140, 182))), runtime)
+    post = etrunner.Program(manifest.verify(manifest.find_stage("post", (140, 182))), runtime)
+    mib = (pre.planned_bytes / 2**20, post.planned_bytes / 2**20)
+    print(f"planned: pre {mib[0]:.1f} MiB, post {mib[1]:.1f} MiB")
+    assert 0 < mib[0] <= 32 and 0 < mib[1] <= 40

@@ -43,7 +43,7 @@ from edge.native import captured_stderr
 
 log = logging.getLogger(__name__)
 EXECUTORCH_VERSION = "1.5.1"
-ABI = 1  # runner.cpp's kAbi
+ABI = 3  # runner.cpp's kAbi
 ENV_RUNTIME = "DA3_EDGE_EXECUTORCH"
 INSTALL_STEP = "run `da3-edge install-executorch` (no torch needed), or use --stages numpy"
 MAX_RANK = 8
@@ -143,6 +143,8 @@ class Runtime:
         lib.da3et_run.argtypes = [vp, c_int, ctypes.POINTER(vp), ip, ip, i64p]
         lib.da3et_output.argtypes = [vp, c_int, ctypes.POINTER(vp), ip, ip, i64p]
         lib.da3et_set_threads.argtypes = [c_int]
+        lib.da3et_planned_bytes.argtypes = [vp, i64p]
+        lib.da3et_release.argtypes = [vp]
 
     @classmethod
     def get(cls, threads: int | None = None) -> Runtime:
@@ -212,6 +214,9 @@ class Program:
         self._warm = False
         n_in, n_out = ctypes.c_int(), ctypes.c_int()
         self._check(lib.da3et_arity(self._handle, ctypes.byref(n_in), ctypes.byref(n_out)))
+        planned = ctypes.c_int64()
+        self._check(lib.da3et_planned_bytes(self._handle, ctypes.byref(planned)))
+        self.planned_bytes = planned.value  # ExecuTorch's planned intermediates
         self.inputs = [self._meta(0, i) for i in range(n_in.value)]
         self.outputs = [self._meta(1, i) for i in range(n_out.value)]
         # Reused argument arrays: a run allocates nothing on the Python side.
@@ -291,6 +296,12 @@ class Program:
         buffer = (ctypes.c_char * (count * np_dtype.itemsize)).from_address(ptr.value)
         view: np.ndarray = np.frombuffer(memoryview(buffer), dtype=np_dtype, count=count)
         return view.reshape(shape)
+
+    def release(self) -> None:
+        """Return the planned memory's pages to the kernel until the next run (views
+        from ``run(copy=False)`` read zeros after this)."""
+        if self._handle is not None:
+            self._check(self.runtime.lib.da3et_release(self._handle))
 
     def close(self) -> None:
         if self._handle is not None:

@@ -1,8 +1,14 @@
-// da3-edge's ExecuTorch runner: a C ABI over ExecuTorch's Module, for ctypes.
+// da3-edge's ExecuTorch runner: a C ABI over ExecuTorch's Program and Method, for ctypes.
 //
-// Built at install time (edge/etrunner/build.py) against the runtime libraries and
+// Built at install time (edge/etrunner/install.py) against the runtime libraries and
 // headers of the pinned executorch wheel, which link no libtorch. Python calls it with
 // ctypes: no CPython API here, so one build serves every Python version.
+//
+// The program file is memory-mapped (MmapDataLoader). The memory ExecuTorch planned for
+// a method (its intermediates, sized at the export's upper bounds) is anonymous mmap
+// here: pages the kernel hands out zeroed when first touched, so the resident cost is
+// what a run at the actual sizes touches, not the bound. (extension::Module allocates
+// it as zero-filled vectors: all of it resident at open.)
 //
 // Inputs are numpy buffers wrapped in place (TensorImpl over the caller's memory);
 // ExecuTorch copies an input only if the program planned memory for it. Outputs are
@@ -19,8 +25,16 @@
 #include <string>
 #include <vector>
 
-#include <executorch/extension/module/module.h>
+#include <sys/mman.h>
+
+#include <executorch/extension/data_loader/mmap_data_loader.h>
+#include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
+#include <executorch/runtime/executor/memory_manager.h>
+#include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/platform/runtime.h>
 
 #ifndef DA3ET_EXECUTORCH_VERSION
 #error "build with -DDA3ET_EXECUTORCH_VERSION=\"x.y.z\" (the wheel's version)"
@@ -42,11 +56,16 @@ namespace {
 using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
 using executorch::aten::TensorImpl;
-using executorch::extension::module::Module;
-using executorch::runtime::EValue;
+using executorch::extension::MallocMemoryAllocator;
+using executorch::extension::MmapDataLoader;
 using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::HierarchicalAllocator;
+using executorch::runtime::MemoryManager;
+using executorch::runtime::Method;
+using executorch::runtime::Span;
 
-constexpr int kAbi = 1;  // bump when a signature below changes
+constexpr int kAbi = 3;  // bump when a signature below changes
 constexpr int kMaxRank = 8;
 
 thread_local std::string last_error;
@@ -80,9 +99,29 @@ int from_scalar(ScalarType t) {
   }
 }
 
+// Planned memory as anonymous mappings: zero pages until touched.
+struct Mapping {
+  void* data = MAP_FAILED;
+  size_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (data != MAP_FAILED) munmap(data, size);
+  }
+};
+
 struct Program {
-  std::unique_ptr<Module> module;
-  std::vector<EValue> outputs;  // the last run's, pointing into planned memory
+  std::unique_ptr<MmapDataLoader> loader;
+  std::unique_ptr<executorch::runtime::Program> program;
+  std::vector<std::unique_ptr<Mapping>> mappings;
+  std::vector<Span<uint8_t>> spans;
+  int64_t planned_bytes = 0;
+  std::unique_ptr<HierarchicalAllocator> planned;
+  MallocMemoryAllocator method_allocator;  // the method's own bookkeeping
+  MallocMemoryAllocator temp_allocator;    // kernels' and delegates' scratch
+  std::unique_ptr<MemoryManager> memory;
+  std::unique_ptr<Method> method;
 };
 
 }  // namespace
@@ -114,11 +153,45 @@ int da3et_threads() {
 // Open a .pte (memory-mapped) and load its "forward" method.
 int da3et_open(const char* path, void** handle) {
   *handle = nullptr;
+  static const bool initialised = [] {
+    executorch::runtime::runtime_init();
+    return true;
+  }();
+  (void)initialised;
   try {
     auto program = std::make_unique<Program>();
-    program->module = std::make_unique<Module>(path, Module::LoadMode::Mmap);
-    Error err = program->module->load_forward();
-    if (err != Error::Ok) return fail(err, std::string("cannot load ") + path);
+    auto loader = MmapDataLoader::from(path, MmapDataLoader::MlockConfig::NoMlock);
+    if (!loader.ok()) return fail(loader.error(), std::string("cannot open ") + path);
+    program->loader = std::make_unique<MmapDataLoader>(std::move(*loader));
+    auto loaded = executorch::runtime::Program::load(program->loader.get());
+    if (!loaded.ok()) return fail(loaded.error(), std::string("cannot load ") + path);
+    program->program = std::make_unique<executorch::runtime::Program>(std::move(*loaded));
+    auto meta = program->program->method_meta("forward");
+    if (!meta.ok()) return fail(meta.error(), std::string("no forward method in ") + path);
+    for (size_t i = 0; i < meta->num_memory_planned_buffers(); ++i) {
+      auto size = meta->memory_planned_buffer_size(i);
+      if (!size.ok()) return fail(size.error(), "planned buffer size");
+      auto mapping = std::make_unique<Mapping>();
+      mapping->size = static_cast<size_t>(*size);
+      if (mapping->size > 0) {
+        mapping->data = mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mapping->data == MAP_FAILED) {
+          return fail(Error::MemoryAllocationFailed, "cannot map planned memory");
+        }
+      }
+      program->planned_bytes += *size;
+      uint8_t* base = mapping->size ? static_cast<uint8_t*>(mapping->data) : nullptr;
+      program->spans.emplace_back(base, mapping->size);
+      program->mappings.push_back(std::move(mapping));
+    }
+    program->planned = std::make_unique<HierarchicalAllocator>(
+        Span<Span<uint8_t>>(program->spans.data(), program->spans.size()));
+    program->memory = std::make_unique<MemoryManager>(
+        &program->method_allocator, program->planned.get(), &program->temp_allocator);
+    auto method = program->program->load_method("forward", program->memory.get());
+    if (!method.ok()) return fail(method.error(), std::string("cannot load ") + path);
+    program->method = std::make_unique<Method>(std::move(*method));
     *handle = program.release();
     ++open_programs;
     return 0;
@@ -137,7 +210,7 @@ void da3et_close(void* handle) {
 // sizes (as exported: the upper bounds of dynamic dimensions) into `sizes`.
 int da3et_arity(void* handle, int* inputs, int* outputs) {
   auto* program = static_cast<Program*>(handle);
-  auto meta = program->module->method_meta("forward");
+  auto meta = program->program->method_meta("forward");
   if (!meta.ok()) return fail(meta.error(), "no forward method");
   *inputs = static_cast<int>(meta->num_inputs());
   *outputs = static_cast<int>(meta->num_outputs());
@@ -147,7 +220,7 @@ int da3et_arity(void* handle, int* inputs, int* outputs) {
 int da3et_tensor_meta(void* handle, int is_output, int index, int* dtype, int* rank,
                       int64_t* sizes) {
   auto* program = static_cast<Program*>(handle);
-  auto meta = program->module->method_meta("forward");
+  auto meta = program->program->method_meta("forward");
   if (!meta.ok()) return fail(meta.error(), "no forward method");
   auto info = is_output ? meta->output_tensor_meta(index) : meta->input_tensor_meta(index);
   if (!info.ok()) return fail(info.error(), "not a tensor: " + std::to_string(index));
@@ -156,6 +229,26 @@ int da3et_tensor_meta(void* handle, int is_output, int index, int* dtype, int* r
   *dtype = from_scalar(info->scalar_type());
   *rank = static_cast<int>(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) sizes[i] = dims[i];
+  return 0;
+}
+
+// Bytes of the memory ExecuTorch planned for forward (its intermediates at the export's
+// bounds; mapped at open, resident only as runs touch it).
+int da3et_planned_bytes(void* handle, int64_t* bytes) {
+  *bytes = static_cast<Program*>(handle)->planned_bytes;
+  return 0;
+}
+
+// Give the planned memory's pages back to the kernel (they read as zeros again, and a
+// run touches them anew): between runs, so a program's intermediates are not resident
+// while other work (the core) reaches its peak. Outputs read before are invalid after.
+int da3et_release(void* handle) {
+  auto* program = static_cast<Program*>(handle);
+  for (auto& mapping : program->mappings) {
+    if (mapping->size && madvise(mapping->data, mapping->size, MADV_DONTNEED) != 0) {
+      return fail(Error::Internal, "madvise failed");
+    }
+  }
   return 0;
 }
 
@@ -195,9 +288,15 @@ int da3et_run(void* handle, int count, void* const* data, const int* dtypes,
     inputs.emplace_back(Tensor(impls.back().get()));
   }
   try {
-    auto result = program->module->forward(inputs);
-    if (!result.ok()) return fail(result.error(), "forward failed");
-    program->outputs = std::move(*result);
+    for (int i = 0; i < count; ++i) {
+      Error err = program->method->set_input(inputs[i], static_cast<size_t>(i));
+      if (err != Error::Ok) return fail(err, "input " + std::to_string(i));
+    }
+    Error err = program->method->execute();
+    // Kernels' and delegates' scratch lives for one run: a MallocMemoryAllocator keeps
+    // every allocation until reset, so without this each run grew the process.
+    program->temp_allocator.reset();
+    if (err != Error::Ok) return fail(err, "forward failed");
   } catch (const std::exception& exc) {
     return fail(Error::Internal, std::string("forward failed: ") + exc.what());
   }
@@ -208,10 +307,10 @@ int da3et_run(void* handle, int count, void* const* data, const int* dtypes,
 int da3et_output(void* handle, int index, void** data, int* dtype, int* rank,
                  int64_t* sizes) {
   auto* program = static_cast<Program*>(handle);
-  if (index < 0 || static_cast<size_t>(index) >= program->outputs.size()) {
+  if (index < 0 || static_cast<size_t>(index) >= program->method->outputs_size()) {
     return fail(Error::InvalidArgument, "no output " + std::to_string(index));
   }
-  const EValue& value = program->outputs[index];
+  const EValue& value = program->method->get_output(static_cast<size_t>(index));
   if (!value.isTensor()) return fail(Error::InvalidType, "output is not a tensor");
   const Tensor& tensor = value.toTensor();
   if (tensor.dim() > kMaxRank) return fail(Error::NotSupported, "rank over 8");

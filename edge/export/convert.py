@@ -204,7 +204,7 @@ def export(
     return ExportResult(written, time.monotonic() - start)
 
 
-STAGE_TOLERANCE = 1e-3  # max |d| between a .pte and eager PyTorch (normalised units / depth)
+STAGE_TOLERANCE = 1e-3  # a .pte against its reference (stages.check; normalised units / depth)
 
 
 def stage_name(kind: str, shape: tuple[int, int]) -> str:
@@ -233,7 +233,7 @@ def _export_stages(
             worst = stages.check(tmp, kind, shape)
             if worst > STAGE_TOLERANCE:
                 raise EdgeError(
-                    f"{name}: differs from eager PyTorch by {worst:.2e} (limit {STAGE_TOLERANCE})"
+                    f"{name}: differs from its reference by {worst:.2e} (limit {STAGE_TOLERANCE})"
                 )
             tmp.replace(out / name)
         finally:

@@ -6,41 +6,63 @@ so this path imports neither torch nor the ``executorch`` Python package: on a P
 runtime install has neither. (ExecuTorch's Python bindings link libtorch: ~1 GB and
 ~2 s of import; the export environment still uses them to check what it writes.)
 
-Split with numpy (see ``edge.export.stages``): numpy casts uint8 to float32 (the
-program takes floats), shrinks images over ``MAX_SIDE`` a side by an exact integer
-area factor first, and does what the writers need (min/max, colour lookup).
+Preprocess is DA3's own, step for step, as banded matrix products (``edge.stages.bands``
+builds the weights from ``edge.stages.resample``'s, per image size, cached; the program
+does the products, DA3's uint8 roundings and the normalisation). Split with numpy (see
+``edge.export.stages``): numpy gathers step 1's input rows and casts them to float32 in
+one pass, takes DA3's first step itself for images over ``MAX_SIDE`` a side
+(``pre_input``), and does what the writers need (min/max, colour lookup).
 """
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import numpy as np
 
 from edge import etrunner
 from edge.errors import EdgeError, ModelCorrupt
 from edge.models import Artifact, Manifest
+from edge.stages import bands, resample
 
 MAX_SIDE = 2048
+# The pre program's dynamic bounds (intermediates are memory-planned at them: ~28 MB):
+# bands of bands.ROWS output rows (33 x 16 covers 528 >= any core side), taps per band in
+# step 1 (area 2048 -> 504 needs 67) and step 2 (a resize by a few percent needs ~20).
+BOUNDS = {"bands": 33, "taps1": 72, "taps2": 40}
+# Each program's planned memory goes back to the kernel after its run (Program.release):
+# the pre program's intermediates would otherwise stay resident through the core's peak
+# (+25 MB on a still's peak RSS, measured); touching the pages anew costs ~1 ms a run.
+_F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 # What each program's forward takes (dtype, rank per input): a model folder exported for
 # another layout of the stages is refused with the way out, not run into garbage.
 SIGNATURES = {
-    "pre": ((np.dtype(np.float32), 4),),
-    "post": ((np.dtype(np.float32), 4), (np.dtype(np.float32), 3)),
+    "pre": ((_F32, 3), (_F32, 3), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3)),
+    "post": ((_F32, 4), (_F32, 3)),
 }
 
 
-def shrink_integer(rgb: np.ndarray, limit: int) -> np.ndarray:
-    """Exact area average by the smallest integer factor that brings both sides to
-    ``limit`` or less (edge rows/columns that do not fill a block are dropped)."""
-    h, w = rgb.shape[:2]
-    k = math.ceil(max(h, w) / limit)
-    if k <= 1:
-        return rgb
-    hh, ww = (h // k) * k, (w // k) * k
-    blocks = rgb[:hh, :ww].reshape(hh // k, k, ww // k, k, rgb.shape[2])
-    out: np.ndarray = np.rint(blocks.mean(axis=(1, 3))).astype(np.uint8)
-    return out
+def _fits(steps: tuple[Any, ...]) -> bool:
+    t = bands.taps(steps)
+    return max(t[:2]) <= BOUNDS["taps1"] and max(t[2:]) <= BOUNDS["taps2"]
+
+
+def pre_input(rgb: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, tuple[Any, ...]]:
+    """What the pre program starts from, and its two banded steps.
+
+    Within ``MAX_SIDE`` and the program's tap bounds: the image itself, both steps in the
+    program. Over them (a 12 MP photo): numpy takes DA3's first step (``resample``, the
+    numpy stages' own: within a uint8 level of DA3's, 30 ms at 4032x3024 here) and the
+    program the second. (k x k block means first, then the program, were exact when
+    DA3's factor is a multiple of k, but took 84 ms for the means alone.)"""
+    size = (int(rgb.shape[0]), int(rgb.shape[1]))
+    if max(size) <= MAX_SIDE:
+        steps = bands.plan(size, shape)
+        if _fits(steps):
+            return rgb, steps
+    # numpy's first resize: DA3's step 1 (or the one step of a non-DA3 core shape).
+    first = bands.first_size(size, shape)
+    return resample.resize(rgb, first), bands.plan(first, shape, original=size)
 
 
 class ExecuTorchStages:
@@ -52,9 +74,14 @@ class ExecuTorchStages:
         self._programs: dict[tuple[str, tuple[int, int]], etrunner.Program] = {}
 
     def _program(self, kind: str, shape: tuple[int, int]) -> etrunner.Program:
-        key = (kind, shape)
+        # The pre program is the same for every core shape (the resize comes as inputs):
+        # any of the directory's serves a shape exported without one.
+        key = (kind, shape) if kind == "post" else ("pre", (0, 0))
         if key not in self._programs:
-            artifact: Artifact = self.manifest.find_stage(kind, shape)
+            pres = [a for a in self.manifest.stage_programs() if a.kind == "pre"]
+            artifact: Artifact = (
+                pres[0] if kind == "pre" and pres else self.manifest.find_stage(kind, shape)
+            )
             path = self.manifest.verify(artifact)
             program = etrunner.Program(path, self.runtime)
             takes = tuple((m.dtype, len(m.shape)) for m in program.inputs)
@@ -69,28 +96,35 @@ class ExecuTorchStages:
         return self._programs[key]
 
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-        rgb = shrink_integer(rgb, MAX_SIDE)
-        x = rgb.astype(np.float32)[None]
-        (out,) = self._program("pre", shape).run([x])
-        return out
+        image, steps = pre_input(rgb, shape)
+        inputs = bands.program_inputs(image, steps)
+        program = self._program("pre", shape)
+        (out,) = program.run(inputs, copy=False)
+        h, w = shape
+        # A copy (never a view: the program's memory is reused), the bands' tail cut.
+        x = out[:, :h, :w].copy()[None]
+        program.release()  # not resident while the core runs (see RELEASE)
+        return x
 
     def postprocess(
         self, depth: np.ndarray, conf: np.ndarray, size: tuple[int, int]
     ) -> tuple[np.ndarray, np.ndarray]:
         h, w = depth.shape
-        target = size
-        k = math.ceil(max(size) / MAX_SIDE)
-        if k > 1:  # the program's bound; numpy finishes the last factor
-            target = (math.ceil(size[0] / k), math.ceil(size[1] / k))
-        stacked = np.stack([depth, conf])[None].astype(np.float32, copy=False)
-        like = np.empty((1, *target), dtype=np.float32)  # only its shape is read
-        # Views: each half is copied once below (the program's memory is reused).
-        (out,) = self._program("post", (h, w)).run([stacked, like], copy=False)
-        if target != size:
+        if size[0] < h or size[1] < w or max(size) > MAX_SIDE:
+            # Shrinking back (a source smaller than the core): the numpy postprocess
+            # (Pillow's bilinear filters over the shrink, where the program's bilinear
+            # samples), as outputs over the program's bound: both exactly numpy's.
             from edge.stages.numpy import _resize_float
 
-            return _resize_float(out[0, 0], size), _resize_float(out[0, 1], size)
-        return out[0, 0].copy(), out[0, 1].copy()
+            return _resize_float(depth, size), _resize_float(conf, size)
+        stacked = np.stack([depth, conf])[None].astype(np.float32, copy=False)
+        like = np.empty((1, *size), dtype=np.float32)  # only its shape is read
+        # Views: each half is copied once below (the program's memory is reused).
+        program = self._program("post", (h, w))
+        (out,) = program.run([stacked, like], copy=False)
+        result = out[0, 0].copy(), out[0, 1].copy()
+        program.release()
+        return result
 
     def close(self) -> None:
         for program in self._programs.values():

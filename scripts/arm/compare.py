@@ -52,7 +52,8 @@ STAGE_SHAPE = (140, 182)  # the small test model's
 def run_stages(models: Path, out: Path) -> None:
     """The pre and post programs on seeded inputs through da3-edge's runner."""
     from edge import etrunner
-    from edge.models import Manifest
+    from edge.models import Manifest, da3_shape
+    from edge.stages import bands
 
     manifest = Manifest.load(models)
     runtime = etrunner.Runtime.get(threads=2)
@@ -61,8 +62,9 @@ def run_stages(models: Path, out: Path) -> None:
     rng = np.random.default_rng(7)
     results = {}
     for h, w in ((280, 364), (97, 131)):
-        image = (rng.random((1, h, w, 3)) * 255).astype(np.float32)
-        results[f"pre_{h}x{w}"] = pre.run([image])[0]
+        rgb = (rng.random((h, w, 3)) * 255).astype(np.uint8)
+        steps = bands.plan((h, w), da3_shape(h, w))
+        results[f"pre_{h}x{w}"] = pre.run(bands.program_inputs(rgb, steps))[0]
     stacked = (rng.random((1, 2, *STAGE_SHAPE)) + 0.5).astype(np.float32)
     results["post_280x364"] = post.run([stacked, np.empty((1, 280, 364), np.float32)])[0]
     np.savez(out, **results)

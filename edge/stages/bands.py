@@ -1,0 +1,138 @@
+"""DA3's resize as banded matrix products: the weights the ExecuTorch pre program takes.
+
+A separable resize is ``R @ X @ C^T``, with weight matrices that depend only on the two
+sizes. Dense, at 1200x1600 -> 378x504 that is ~6 GFLOP; but each output row depends on a
+few neighbouring input rows only (area: ~ceil(scale) + 1, cubic: 4). So the output rows
+are cut into bands of ``ROWS`` and each band multiplies only the input rows it touches:
+
+    rows[b * K + k] = start[b] + k         (input rows of band b; K per band)
+    weights[b, j, k]                        (output row b * ROWS + j from input row start[b] + k)
+
+The program gathers ``rows`` (``index_select``) and runs one batched matrix product (B
+bands of ROWS x K against K x width): a GEMM XNNPACK delegates (KleidiAI on Arm). The
+same form serves columns. The weights are exactly ``edge.stages.resample``'s (OpenCV's
+INTER_AREA and INTER_CUBIC), folded into the bands, so the program computes what the numpy
+stages compute, in float32.
+
+``plan(src, core)`` gives the two steps DA3 takes (``resample.da3_resize``: longest side to
+504 with rounded sides, then to the multiples of 14, through uint8), each as four arrays;
+a step that changes nothing is an identity band.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge.models import da3_shape
+from edge.stages import resample
+
+ROWS = 16  # output rows (or columns) per band
+LONGEST = 504  # DA3's first step: the longest side
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of one resize step, banded."""
+
+    index: np.ndarray  # (B * K,) int64: the input rows (or columns) each band gathers
+    weights: np.ndarray  # (B, ROWS, K) float32
+    size: int  # output length (B * ROWS may be more: the tail is cut)
+
+
+def band(
+    idx: np.ndarray, w: np.ndarray, n_in: int, rows: int = ROWS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output taps (``idx``, ``w``: out x taps) -> (index (B*K,), weights (B, rows, K))."""
+    out = idx.shape[0]
+    bands = -(-out // rows)
+    pad = bands * rows - out
+    if pad:  # the last band's missing rows repeat its last one (cut off after)
+        idx = np.concatenate([idx, np.repeat(idx[-1:], pad, axis=0)])
+        w = np.concatenate([w, np.repeat(w[-1:], pad, axis=0)])
+    idx = idx.reshape(bands, rows, -1)
+    w = w.reshape(bands, rows, -1)
+    lo = idx.min(axis=(1, 2))
+    k = int((idx.max(axis=(1, 2)) - lo).max()) + 1
+    lo = np.minimum(lo, n_in - k)
+    weights = np.zeros((bands, rows, k), dtype=np.float64)
+    b_i, r_i, t_i = np.indices(idx.shape)
+    # Repeated taps (cubic at an edge, clamped) add up, as they do in resample.
+    np.add.at(weights, (b_i, r_i, idx - lo[:, None, None]), w[b_i, r_i, t_i])
+    index = (lo[:, None] + np.arange(k)[None, :]).ravel().astype(np.int64)
+    return index, weights.astype(np.float32)
+
+
+def _area(n_in: int, n_out: int, scale: float) -> Axis:
+    idx, w = resample._area_weights(n_in, n_out)
+    index, weights = band(idx, w.astype(np.float64) * scale, n_in)
+    return Axis(index, weights, n_out)
+
+
+def _cubic(n_in: int, n_out: int) -> Axis:
+    idx, w = resample._cubic_weights(n_out, n_in)
+    index, weights = band(idx, w, n_in)
+    return Axis(index, weights, n_out)
+
+
+@functools.lru_cache(maxsize=32)
+def step(src: tuple[int, int], dst: tuple[int, int]) -> tuple[Axis, Axis]:
+    """One resize (DA3's rule: cubic if any side grows, else area), rows and columns."""
+    (h, w), (oh, ow) = src, dst
+    if oh > h or ow > w:
+        return _cubic(h, oh), _cubic(w, ow)
+    # resample.area divides by the block area once, at the end: here the columns carry it.
+    return _area(h, oh, 1.0), _area(w, ow, 1.0 / (h / oh * w / ow))
+
+
+def first_size(size: tuple[int, int], core: tuple[int, int]) -> tuple[int, int]:
+    """Where the first step goes: DA3's longest side to 504 (sides rounded), or straight to
+    ``core`` when it is not the image's DA3 shape (the one-step fallback)."""
+    h, w = size
+    if da3_shape(h, w) != core:
+        return core
+    if max(h, w) == LONGEST:
+        return size
+    scale = LONGEST / max(h, w)
+    return (max(1, round(h * scale)), max(1, round(w * scale)))
+
+
+def plan(
+    src: tuple[int, int], core: tuple[int, int], original: tuple[int, int] | None = None
+) -> tuple[tuple[Axis, Axis], ...]:
+    """DA3's two steps from ``src`` to ``core`` (``resample.da3_resize``); for a core shape
+    that is not DA3's for this image, the one step ``resample.resize`` takes, then an
+    identity (the program always takes two). ``original``: the image's size before a
+    pre-shrink to ``src`` (DA3's rule and its first step follow the original)."""
+    size = original or src
+    if da3_shape(*size) != core:
+        return step(src, core), step(core, core)
+    first = first_size(size, core)
+    return step(src, first), step(first, core)
+
+
+def taps(steps: tuple[tuple[Axis, Axis], ...]) -> list[int]:
+    """K (input rows per band) of each axis, in the program's input order."""
+    return [axis.weights.shape[2] for pair in steps for axis in pair]
+
+
+def program_inputs(rgb: np.ndarray, steps: tuple[tuple[Axis, Axis], ...]) -> list[np.ndarray]:
+    """The pre program's eight inputs: the image's rows for step 1's bands, gathered and
+    cast to float32 here (one pass; gathers and casts are not delegated), then the
+    weights and the other gathers' indices (band x taps)."""
+    (rows1, cols1), (rows2, cols2) = steps
+    h = rgb.shape[0]
+    gathered = np.take(rgb.reshape(h, -1), rows1.index, axis=0).astype(np.float32)
+    b1, _, k1 = rows1.weights.shape
+    return [
+        gathered.reshape(b1, k1, -1),
+        rows1.weights,
+        cols1.index.reshape(cols1.weights.shape[0], -1),
+        cols1.weights,
+        rows2.index.reshape(rows2.weights.shape[0], -1),
+        rows2.weights,
+        cols2.index.reshape(cols2.weights.shape[0], -1),
+        cols2.weights,
+    ]
