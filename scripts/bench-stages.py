@@ -43,6 +43,51 @@ def paired(fns: dict[str, object], n: int) -> dict[str, list[float]]:
     return out
 
 
+def _status(key: str) -> float:
+    """VmRSS / VmHWM of this process, MiB."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as fh:  # 5: reset VmHWM to VmRSS (Linux)
+        fh.write("5")
+
+
+def rss_breakdown(manifest, rgb, depth, conf, shape, threads) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Where the ExecuTorch stages' memory goes, in a fresh process (run this first)."""
+    from edge.stages import bands
+    from edge.stages.executorch import ExecuTorchStages, pre_input
+
+    out: dict[str, float] = {}
+    base = _status("VmRSS")
+    stages = ExecuTorchStages(manifest, threads=threads)
+    out["runner_and_libraries_mib"] = _status("VmRSS") - base
+    pre = stages._program("pre", shape)
+    post = stages._program("post", shape)
+    out["programs_open_mib"] = _status("VmRSS") - base - out["runner_and_libraries_mib"]
+    out["planned_bound_mib"] = (pre.planned_bytes + post.planned_bytes) / 2**20
+    image, steps = pre_input(rgb, shape)
+    out["pre_input_copy_mib"] = bands.program_inputs(image, steps)[0].nbytes / 2**20
+    for kind, call in (
+        ("pre", lambda: stages.preprocess(rgb, shape)),
+        ("post", lambda: stages.postprocess(depth, conf, rgb.shape[:2])),
+    ):
+        call()  # first run: code pages, the CPU probe
+        before = _status("VmRSS")
+        _reset_peak()
+        result = call()
+        out[f"{kind}_peak_over_before_mib"] = _status("VmHWM") - before
+        out[f"{kind}_resident_after_mib"] = _status("VmRSS") - before
+        del result
+    out["total_resident_mib"] = _status("VmRSS") - base
+    stages.close()
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", required=True)
@@ -50,6 +95,9 @@ def main() -> int:
     p.add_argument("--shape", default="378x504", help="core shape HxW (must be exported)")
     p.add_argument("-n", type=int, default=20)
     p.add_argument("--threads", type=int, help="ExecuTorch's thread pool (default: its own)")
+    p.add_argument(
+        "--rss", action="store_true", help="also break the ExecuTorch stages' memory down (Linux)"
+    )
     p.add_argument("--json", action="store_true")
     ns = p.parse_args()
     h, w = (int(v) for v in ns.size.split("x"))
@@ -66,6 +114,7 @@ def main() -> int:
     rgb = np.clip(rgb.astype(np.int16) + rng.integers(-8, 8, rgb.shape), 0, 255).astype(np.uint8)
     depth = (1 + rng.random(shape)).astype(np.float32)
     conf = (1 + rng.random(shape)).astype(np.float32)
+    breakdown = rss_breakdown(manifest, rgb, depth, conf, shape, ns.threads) if ns.rss else None
     backends = {
         name: stages_mod.load(name, manifest=manifest, threads=ns.threads)
         for name in ("numpy", "executorch")
@@ -89,7 +138,14 @@ def main() -> int:
     if ns.json:
         print(
             json.dumps(
-                {"size": [h, w], "shape": list(shape), "n": ns.n, "results": results}, indent=2
+                {
+                    "size": [h, w],
+                    "shape": list(shape),
+                    "n": ns.n,
+                    "results": results,
+                    "rss_mib": breakdown,
+                },
+                indent=2,
             )
         )
         return 0
@@ -100,6 +156,11 @@ def main() -> int:
         r = results[name]
         print(
             f"{name:<12}{r['pre_ms_median']:>10.1f}{r['pre_ms_p90']:>10.1f}{r['post_ms_median']:>10.1f}{r['post_ms_p90']:>10.1f}"
+        )
+    if breakdown:
+        print(
+            "executorch stages, memory (MiB): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in breakdown.items())
         )
     print(
         f"ratio executorch/numpy (median of per-round ratios): pre {results['ratio_pre_median']:.2f}x, "
