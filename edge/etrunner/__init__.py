@@ -204,8 +204,7 @@ class Program:
         self.runtime = runtime or Runtime.get()
         lib = self.runtime.lib
         handle = ctypes.c_void_p()
-        native: list[str] = []
-        with captured_stderr(native):
+        with captured_stderr([]):  # the runner's own error text is what is reported
             rc = lib.da3et_open(str(self.path).encode(), ctypes.byref(handle))
         if rc != 0:
             raise ModelCorrupt(f"{self.path}: ExecuTorch cannot load it ({self.runtime.error()})")

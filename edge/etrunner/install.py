@@ -38,6 +38,8 @@ from typing import Any
 
 from edge import etrunner
 from edge.errors import EdgeError
+from edge.models import cache_dir as edge_cache
+from edge.models import sha256_file
 
 
 @dataclass(frozen=True)
@@ -90,17 +92,7 @@ def host_platform() -> str:
 
 def cache_dir() -> Path:
     """Downloaded wheels: in da3-edge's cache (``models.cache_dir``)."""
-    from edge.models import cache_dir as edge_cache
-
     return edge_cache() / "wheels"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _check_wheel(path: Path, wheel: Wheel) -> None:
