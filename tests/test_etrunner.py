@@ -105,20 +105,20 @@ def test_programs_run_and_match_executorchs_own_bindings(
     rgb = (rng.random((301, 397, 3)) * 255).astype(np.uint8)
     core = da3_shape(301, 397)
     pre_in = bands.program_inputs(rgb, bands.plan((301, 397), core))
-    stacked = (rng.random((1, 2, 140, 182)) + 0.5).astype(np.float32)
+    depth, conf = (rng.random((140, 182), dtype=np.float32) + 0.5 for _ in range(2))
+    post_in = bands.post_inputs(depth, conf, bands.post_plan((140, 182), (257, 311)))
     inputs = ROOT / ".cache" / "tests" / "etrunner-inputs.npz"
     inputs.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(inputs, *pre_in, stacked=stacked)
+    np.savez(inputs, *pre_in, *post_in)
     theirs = ROOT / ".cache" / "tests" / "etrunner-bindings.npz"
     proc = _python(
         f"""
         import numpy as np, torch
         from executorch.extension.pybindings.portable_lib import _load_for_executorch
         x = np.load({str(inputs)!r})
-        pre_in = [torch.from_numpy(x[f"arr_{{i}}"]) for i in range(8)]
-        a = _load_for_executorch({str(pre)!r}).forward(pre_in)[0]
-        like = torch.zeros(1, 257, 311)
-        b = _load_for_executorch({str(post)!r}).forward([torch.from_numpy(x["stacked"]), like])[0]
+        args = [torch.from_numpy(x[f"arr_{{i}}"]) for i in range(13)]
+        a = _load_for_executorch({str(pre)!r}).forward(args[:8])[0]
+        b = _load_for_executorch({str(post)!r}).forward(args[8:])[0]
         np.savez({str(theirs)!r}, pre=a.numpy(), post=b.numpy())
         """,
         python=export_env,
@@ -128,12 +128,11 @@ def test_programs_run_and_match_executorchs_own_bindings(
     with np.load(theirs) as ref:
         (a,) = etrunner.Program(pre, runtime).run(pre_in)
         pre_d = float(np.abs(a - ref["pre"]).max())
-        like = np.empty((1, 257, 311), np.float32)
-        (b,) = etrunner.Program(post, runtime).run([stacked, like])
+        (b,) = etrunner.Program(post, runtime).run(post_in)
         post_d = float(np.abs(b - ref["post"]).max())
     print(f"runner vs ExecuTorch's bindings: pre max|d| {pre_d:.2e}, post max|d| {post_d:.2e}")
     assert a.shape[0] == 3 and a.shape[1] >= core[0] and a.shape[2] >= core[1]
-    assert b.shape == (1, 2, 257, 311)
+    assert b.shape == (2 * 17, bands.ROWS, 20 * bands.ROWS)  # bands of 257 rows, 311 columns
     assert pre_d <= 1e-5 and post_d <= 1e-5
 
 
@@ -327,11 +326,12 @@ def test_install_builds_a_working_runner(
 @pytest.mark.arm
 def test_stage_programs_plan_little_memory(executorch_runtime: Path, small_models: Path) -> None:
     """The pre program uses the caller's buffers in place (no planned input) and plans
-    its intermediates at its bounds; the post program's output is planned at 2048 a side."""
+    its intermediates at its bounds; the post program's at 2048 a side out of a 528 core
+    (address space: a run touches what its sizes need, and gives it back after)."""
     manifest = Manifest.load(small_models)
     runtime = etrunner.Runtime.get()
     pre = etrunner.Program(manifest.verify(manifest.find_stage("pre", (140, 182))), runtime)
     post = etrunner.Program(manifest.verify(manifest.find_stage("post", (140, 182))), runtime)
     mib = (pre.planned_bytes / 2**20, post.planned_bytes / 2**20)
     print(f"planned: pre {mib[0]:.1f} MiB, post {mib[1]:.1f} MiB")
-    assert 0 < mib[0] <= 32 and 0 < mib[1] <= 40
+    assert 0 < mib[0] <= 32 and 0 < mib[1] <= 80

@@ -18,7 +18,7 @@ from edge import images
 from edge.models import da3_shape
 from edge.stages.numpy import NumpyStages
 
-from .conftest import ROOT, photo_path, sized_photos
+from .conftest import ROOT, STAGE_SIZES, photo_path, sized_photos
 
 pytestmark = pytest.mark.parity
 
@@ -109,3 +109,50 @@ def test_executorch_preprocess_matches_da3(
     stages.close()
     assert worst_max <= LEVEL + 1e-4
     assert worst_mean <= 1e-3
+
+
+def test_executorch_postprocess_matches_numpy(
+    executorch_runtime: Path, small_models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ExecuTorch post program against the numpy postprocess (Pillow's bilinear) from
+    each DA3 core shape back to the issue's sizes: relative max |d| <= 1e-5 where the
+    program runs (float32 sums against Pillow's float64), and every enlargement within
+    its bounds is the program's; outside them (a strong shrink, over 2048 a side) it is
+    numpy's own, exactly."""
+    from edge.models import Manifest
+    from edge.stages import numpy as numpy_stages
+    from edge.stages.executorch import ExecuTorchStages
+
+    calls: list[tuple[int, int]] = []
+    real = numpy_stages._resize_float
+    monkeypatch.setattr(
+        numpy_stages, "_resize_float", lambda v, size: calls.append(size) or real(v, size)
+    )
+    stages = ExecuTorchStages(Manifest.load(small_models))
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for size in (*STAGE_SIZES, (378, 500), (600, 800)):
+        core = da3_shape(*size)
+        # Depth-like: smooth, positive, several decades; confidence around 1.
+        y, x = np.mgrid[0 : core[0], 0 : core[1]].astype(np.float32)
+        depth = np.exp(3 * np.sin(x / 37) * np.cos(y / 23)) + rng.random(core, dtype=np.float32)
+        conf = 1 + rng.random(core, dtype=np.float32)
+        before = len(calls)
+        ours = stages.postprocess(depth, conf, size)
+        by_numpy = len(calls) > before
+        theirs = numpy_stages.NumpyStages().postprocess(depth, conf, size)
+        rel = max(
+            float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(ours, theirs, strict=True)
+        )
+        print(
+            f"executorch post {core[0]}x{core[1]} -> {size[0]}x{size[1]}: rel max|d| "
+            f"{rel:.1e} ({'numpy' if by_numpy else 'program'})"
+        )
+        assert ours[0].shape == ours[1].shape == size
+        if size[0] >= core[0] and size[1] >= core[1] and max(size) <= 2048:
+            assert not by_numpy, size
+        if by_numpy:
+            assert rel == 0.0, size
+        worst = max(worst, rel)
+    stages.close()
+    assert worst <= 1e-5

@@ -1,8 +1,8 @@
 """Pre- and post-processing as ExecuTorch programs (``.pte``, XNNPACK delegate).
 
 The Arm-style pipeline: the stages around the LiteRT core run as ExecuTorch programs.
-Per core shape (h, w) (the pre program is the same for every shape: its resize comes
-as inputs):
+Per core shape (h, w) (each program is the same for every shape: its resize comes as
+inputs):
 
 - ``da3-small_pre_<h>x<w>.pte``: DA3's preprocessing, step for step: its two resizes
   (longest side to 504, then to the multiples of 14; area when shrinking, cubic when
@@ -12,15 +12,18 @@ as inputs):
   numpy), and per axis and step the band weights and the indices the program gathers
   (``edge.stages.bands``). The products, roundings, transposes and the normalisation
   delegate to XNNPACK; the gathers run on the portable kernels.
-- ``da3-small_post_<h>x<w>.pte``: depth and confidence stacked (1, 2, h, w) and a
-  (1, H, W) shape carrier -> (1, 2, H, W) bilinear, H, W up to ``MAX_SIDE``.
+- ``da3-small_post_<h>x<w>.pte``: the numpy stages' postprocess (Pillow's bilinear)
+  as banded products, columns on the small map first, then rows, both maps in one pass
+  (``bands.post_inputs``): -> depth over confidence in the output's layout. Delegated
+  but for the two gathers.
 
 What stays in numpy (it lowers badly or not at all, measured with executorch 1.5.1):
 the uint8 -> float cast and step 1's row gather (casts are not delegated; one pass in
-numpy), colour lookup and min/max normalisation for the PNGs, and an exact integer
-block-mean pre-shrink of images over ``MAX_SIDE`` a side. Graph inputs are not memory-
-planned (the caller's buffers are used in place); intermediates are planned at the
-bounds below (pre ~28 MB).
+numpy), DA3's first step for images over ``MAX_SIDE`` a side or the tap bounds
+(``edge.stages.executorch.pre_input``), colour lookup and min/max normalisation for the
+PNGs. Graph inputs are not memory-planned (the caller's buffers are used in place);
+intermediates are planned at the bounds below (the runner maps them lazily: only what a
+run touches is resident).
 """
 
 from __future__ import annotations
@@ -29,10 +32,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from edge.stages import MEAN, STD, bands
-from edge.stages.executorch import BOUNDS, MAX_SIDE  # the runtime's bounds are the programs'
+from edge.stages.executorch import (  # the runtime's bounds are the programs'
+    BOUNDS,
+    CORE_SIDE,
+    MAX_SIDE,
+    POST_BOUNDS,
+)
 
 # Adding and subtracting 1.5 * 2**23 rounds a float32 in [0, 2**22) to an integer, half
 # to even (np.rint's rule): two additions XNNPACK runs, where aten.round is not delegated.
@@ -84,9 +91,17 @@ class Pre(torch.nn.Module):
 
 
 class Post(torch.nn.Module):
-    def forward(self, depth_conf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        size = (like.shape[1], like.shape[2])
-        return F.interpolate(depth_conf, size=size, mode="bilinear", align_corners=False)
+    def forward(
+        self,
+        both: torch.Tensor,  # (w, 2h): depth and confidence side by side, transposed
+        ci: torch.Tensor,  # (C, L) column indices of the column bands
+        cw: torch.Tensor,  # (C, ROWS, L)
+        ri: torch.Tensor,  # (2B, K) row indices: depth's bands, then confidence's
+        rw: torch.Tensor,  # (2B, ROWS, K)
+    ) -> torch.Tensor:
+        z = torch.bmm(cw, _gather(both, ci))  # columns: (C, ROWS, 2h)
+        z = z.reshape(z.shape[0] * z.shape[1], z.shape[2]).permute(1, 0)  # (2h, W')
+        return torch.bmm(rw, _gather(z, ri))  # rows: (2B, ROWS, W'), the output's layout
 
 
 def _lower(module: torch.nn.Module, args: tuple[torch.Tensor, ...], dynamic: object) -> bytes:
@@ -135,17 +150,30 @@ def pre_program(shape: tuple[int, int]) -> bytes:
     return _lower(Pre(), _pre_args(sample, shape), dynamic)
 
 
-def _dims() -> tuple[object, object]:
+def post_program(shape: tuple[int, int]) -> bytes:
     from torch.export import Dim
 
-    return Dim("H", min=2, max=MAX_SIDE), Dim("W", min=2, max=MAX_SIDE)
+    w = Dim("w", min=2, max=CORE_SIDE)
+    h = Dim("h", min=2, max=CORE_SIDE)
+    c = Dim("C", min=1, max=POST_BOUNDS["bands"])
+    taps_c = Dim("L", min=1, max=POST_BOUNDS["taps"])
+    b = Dim("B", min=1, max=POST_BOUNDS["bands"])
+    taps_r = Dim("K", min=1, max=POST_BOUNDS["taps"])
+    dynamic = (
+        {0: w, 1: 2 * h},
+        {0: c, 1: taps_c},
+        {0: c, 2: taps_c},
+        {0: 2 * b, 1: taps_r},
+        {0: 2 * b, 2: taps_r},
+    )
+    return _lower(Post(), _post_args(shape, (2 * shape[0] + 3, 2 * shape[1] + 5)), dynamic)
 
 
-def post_program(shape: tuple[int, int]) -> bytes:
-    h_dim, w_dim = _dims()
-    sample = torch.rand(1, 2, *shape)
-    like = torch.zeros(1, 3 * shape[0], 3 * shape[1])
-    return _lower(Post(), (sample, like), (None, {1: h_dim, 2: w_dim}))
+def _post_args(core: tuple[int, int], size: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+    rng = np.random.default_rng(0)
+    depth, conf = (rng.random(core, dtype=np.float32) + 0.5 for _ in range(2))
+    inputs = bands.post_inputs(depth, conf, bands.post_plan(core, size))
+    return tuple(torch.from_numpy(a) for a in inputs)
 
 
 LEVEL = 1.0 / (255.0 * min(STD))  # one uint8 level, normalised: the most a rounding flip moves
@@ -158,16 +186,15 @@ def check(path: Path, kind: str, shape: tuple[int, int]) -> float:
     pre: against the numpy stages (DA3's resize in numpy), on a shrink, an enlargement
     and a core shape that is not the image's DA3 shape: the mean |d|, or infinity if any
     value is off by more than one uint8 level (float32 sums in another order may round
-    a value to the neighbouring level, never further). post: max |d| against eager
-    PyTorch."""
+    a value to the neighbouring level, never further). post: max |d| of its depth
+    against the numpy stages' (Pillow's bilinear), enlarging and slightly shrinking."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
     from edge.models import da3_shape
-    from edge.stages.numpy import NumpyStages
+    from edge.stages.numpy import NumpyStages, _resize_float
 
     program = _load_for_executorch(str(path))
     worst = 0.0
-    gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         if kind == "pre":
             rng = np.random.default_rng(0)
@@ -185,11 +212,11 @@ def check(path: Path, kind: str, shape: tuple[int, int]) -> float:
                 bad = float(diff.max()) > LEVEL + 1e-4
                 worst = max(worst, float("inf") if bad else float(diff.mean()))
         else:
-            module = Post()
-            x = torch.rand(1, 2, *shape, generator=gen) + 0.5
-            for size in ((401, 599), (shape[0] + 1, shape[1] * 2)):
-                like = torch.zeros(1, *size)
-                worst = max(
-                    worst, float((program.forward([x, like])[0] - module(x, like)).abs().max())
-                )
+            for size in ((401, 599), (shape[0] + 1, shape[1] * 2), (shape[0] - 5, shape[1])):
+                args = _post_args(shape, size)
+                out = program.forward(list(args))[0].numpy()
+                both = out.reshape(2, -1, out.shape[2])[:, : size[0], : size[1]]
+                depth = args[0].numpy()[:, : shape[0]].T
+                diff = np.abs(both[0] - _resize_float(depth, size))
+                worst = max(worst, float(diff.max()))
     return worst

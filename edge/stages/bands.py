@@ -136,3 +136,54 @@ def program_inputs(rgb: np.ndarray, steps: tuple[tuple[Axis, Axis], ...]) -> lis
         cols2.index.reshape(cols2.weights.shape[0], -1),
         cols2.weights,
     ]
+
+
+def _bilinear_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pillow's ``BILINEAR`` taps for one axis (``precompute_coeffs`` in its Resample.c):
+    a triangle of support 1, widened by the scale when shrinking, normalised per output.
+    -> (indices, weights), out x taps, float64."""
+    scale = n_in / n_out
+    filterscale = max(scale, 1.0)
+    centers = (np.arange(n_out) + 0.5) * scale
+    # C's (int) truncates toward zero; both ends are clamped to the input.
+    xmin = np.maximum(np.trunc(centers - filterscale + 0.5).astype(np.int64), 0)
+    count = np.minimum(np.trunc(centers + filterscale + 0.5).astype(np.int64), n_in) - xmin
+    x = np.arange(int(count.max()))[None, :]
+    t = np.abs((x + xmin[:, None] - centers[:, None] + 0.5) / filterscale)
+    w = np.where((t < 1.0) & (x < count[:, None]), 1.0 - t, 0.0)
+    total = w.sum(axis=1, keepdims=True)
+    w = w / np.where(total == 0.0, 1.0, total)
+    return np.minimum(xmin[:, None] + x, n_in - 1), w
+
+
+@functools.lru_cache(maxsize=16)
+def post_plan(core: tuple[int, int], size: tuple[int, int]) -> tuple[Axis, Axis]:
+    """The post program's resize, ``core`` -> ``size``: Pillow's bilinear (the numpy
+    stages' ``Image.resize``), columns then rows, as Pillow takes them."""
+    (h, w), (oh, ow) = core, size
+    rows = band(*_bilinear_weights(h, oh), h)
+    cols = band(*_bilinear_weights(w, ow), w)
+    return Axis(cols[0], cols[1], ow), Axis(rows[0], rows[1], oh)
+
+
+def post_inputs(depth: np.ndarray, conf: np.ndarray, axes: tuple[Axis, Axis]) -> list[np.ndarray]:
+    """The post program's five inputs: depth and confidence side by side and transposed,
+    (w, 2h) (the column step runs first, on the small map, with columns leading), the
+    column bands' indices and weights, then the row bands' for both maps: depth's, and
+    confidence's (the same weights, the indices moved down by h). The program's output,
+    (2 * row bands, ROWS, column bands * ROWS), holds depth over confidence, each with the
+    bands' tails to cut."""
+    cols, rows = axes
+    h = depth.shape[0]
+    both = np.empty((depth.shape[1], 2 * h), dtype=np.float32)
+    both[:, :h] = depth.T
+    both[:, h:] = conf.T
+    b = rows.weights.shape[0]
+    index = rows.index.reshape(b, -1)
+    return [
+        both,
+        cols.index.reshape(cols.weights.shape[0], -1),
+        cols.weights,
+        np.concatenate([index, index + h]),
+        np.concatenate([rows.weights, rows.weights]),
+    ]

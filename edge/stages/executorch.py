@@ -12,6 +12,11 @@ does the products, DA3's uint8 roundings and the normalisation). Split with nump
 ``edge.export.stages``): numpy gathers step 1's input rows and casts them to float32 in
 one pass, takes DA3's first step itself for images over ``MAX_SIDE`` a side
 (``pre_input``), and does what the writers need (min/max, colour lookup).
+
+Postprocess is the numpy stages' (Pillow's bilinear, its taps from ``bands.post_plan``)
+in the same banded form: columns on the small map, then rows, written in the output's
+layout. A resize outside the program's bounds (a strong shrink, an output over
+``MAX_SIDE``) is the numpy stages' own.
 """
 
 from __future__ import annotations
@@ -30,15 +35,17 @@ MAX_SIDE = 2048
 # bands of bands.ROWS output rows (33 x 16 covers 528 >= any core side), taps per band in
 # step 1 (area 2048 -> 504 needs 67) and step 2 (a resize by a few percent needs ~20).
 BOUNDS = {"bands": 33, "taps1": 72, "taps2": 40}
-# Each program's planned memory goes back to the kernel after its run (Program.release):
-# the pre program's intermediates would otherwise stay resident through the core's peak
-# (+25 MB on a still's peak RSS, measured); touching the pages anew costs ~1 ms a run.
+# The post program's: up to MAX_SIDE out of a core side up to CORE_SIDE, in bands of
+# bands.ROWS; taps per band (enlarging needs ~ROWS * in/out + 2 <= 18; a slight shrink
+# fits too, a strong one goes to numpy).
+CORE_SIDE = BOUNDS["bands"] * bands.ROWS
+POST_BOUNDS = {"bands": MAX_SIDE // bands.ROWS, "taps": 20}
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 # What each program's forward takes (dtype, rank per input): a model folder exported for
 # another layout of the stages is refused with the way out, not run into garbage.
 SIGNATURES = {
     "pre": ((_F32, 3), (_F32, 3), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3)),
-    "post": ((_F32, 4), (_F32, 3)),
+    "post": ((_F32, 2), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3)),
 }
 
 
@@ -71,17 +78,14 @@ class ExecuTorchStages:
     def __init__(self, manifest: Manifest, threads: int | None = None) -> None:
         self.manifest = manifest
         self.runtime = etrunner.Runtime.get(threads)
-        self._programs: dict[tuple[str, tuple[int, int]], etrunner.Program] = {}
+        self._programs: dict[str, etrunner.Program] = {}
 
     def _program(self, kind: str, shape: tuple[int, int]) -> etrunner.Program:
-        # The pre program is the same for every core shape (the resize comes as inputs):
+        # Each program is the same for every core shape (the resize comes as inputs):
         # any of the directory's serves a shape exported without one.
-        key = (kind, shape) if kind == "post" else ("pre", (0, 0))
-        if key not in self._programs:
-            pres = [a for a in self.manifest.stage_programs() if a.kind == "pre"]
-            artifact: Artifact = (
-                pres[0] if kind == "pre" and pres else self.manifest.find_stage(kind, shape)
-            )
+        if kind not in self._programs:
+            found = [a for a in self.manifest.stage_programs() if a.kind == kind]
+            artifact: Artifact = found[0] if found else self.manifest.find_stage(kind, shape)
             path = self.manifest.verify(artifact)
             program = etrunner.Program(path, self.runtime)
             takes = tuple((m.dtype, len(m.shape)) for m in program.inputs)
@@ -92,8 +96,8 @@ class ExecuTorchStages:
                     f"{len(takes)} inputs of other types): re-export the model directory "
                     "(da3-edge export)"
                 )
-            self._programs[key] = program
-        return self._programs[key]
+            self._programs[kind] = program
+        return self._programs[kind]
 
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         image, steps = pre_input(rgb, shape)
@@ -103,26 +107,30 @@ class ExecuTorchStages:
         h, w = shape
         # A copy (never a view: the program's memory is reused), the bands' tail cut.
         x = out[:, :h, :w].copy()[None]
-        program.release()  # not resident while the core runs (see RELEASE)
+        program.release()  # see postprocess
         return x
 
     def postprocess(
         self, depth: np.ndarray, conf: np.ndarray, size: tuple[int, int]
     ) -> tuple[np.ndarray, np.ndarray]:
         h, w = depth.shape
-        if size[0] < h or size[1] < w or max(size) > MAX_SIDE:
-            # Shrinking back (a source smaller than the core): the numpy postprocess
-            # (Pillow's bilinear filters over the shrink, where the program's bilinear
-            # samples), as outputs over the program's bound: both exactly numpy's.
+        axes = bands.post_plan((h, w), size)
+        taps = max(axis.weights.shape[2] for axis in axes)
+        if max(size) > MAX_SIDE or max(h, w) > CORE_SIDE or taps > POST_BOUNDS["taps"]:
+            # Over the program's bounds (a source much smaller than the core, or over
+            # MAX_SIDE): the numpy postprocess, which the program equals.
             from edge.stages.numpy import _resize_float
 
             return _resize_float(depth, size), _resize_float(conf, size)
-        stacked = np.stack([depth, conf])[None].astype(np.float32, copy=False)
-        like = np.empty((1, *size), dtype=np.float32)  # only its shape is read
-        # Views: each half is copied once below (the program's memory is reused).
         program = self._program("post", (h, w))
-        (out,) = program.run([stacked, like], copy=False)
-        result = out[0, 0].copy(), out[0, 1].copy()
+        (out,) = program.run(bands.post_inputs(depth, conf, axes), copy=False)
+        both = out.reshape(2, -1, out.shape[2])  # depth over confidence, bands' tails
+        # Copies (never views: the program's memory is reused), the tails cut.
+        result = both[0, : size[0], : size[1]].copy(), both[1, : size[0], : size[1]].copy()
+        # Each program's planned memory goes back to the kernel after its run: its
+        # intermediates would otherwise stay resident through the core's next peak (the
+        # pre program's: +25 MB on a still's peak RSS, measured). The runner maps it in
+        # huge pages, so touching it anew costs ~2 ms a run, not ~15 (4 KiB faults).
         program.release()
         return result
 

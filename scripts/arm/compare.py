@@ -65,8 +65,9 @@ def run_stages(models: Path, out: Path) -> None:
         rgb = (rng.random((h, w, 3)) * 255).astype(np.uint8)
         steps = bands.plan((h, w), da3_shape(h, w))
         results[f"pre_{h}x{w}"] = pre.run(bands.program_inputs(rgb, steps))[0]
-    stacked = (rng.random((1, 2, *STAGE_SHAPE)) + 0.5).astype(np.float32)
-    results["post_280x364"] = post.run([stacked, np.empty((1, 280, 364), np.float32)])[0]
+    depth, conf = (rng.random(STAGE_SHAPE, dtype=np.float32) + 0.5 for _ in range(2))
+    axes = bands.post_plan(STAGE_SHAPE, (280, 364))
+    results["post_280x364"] = post.run(bands.post_inputs(depth, conf, axes))[0]
     np.savez(out, **results)
 
 
