@@ -66,8 +66,8 @@ def rss_breakdown(manifest, rgb, depth, conf, shape, threads) -> dict[str, float
     base = _status("VmRSS")
     stages = ExecuTorchStages(manifest, threads=threads)
     out["runner_and_libraries_mib"] = _status("VmRSS") - base
-    pre = stages._program("pre", shape)
-    post = stages._program("post", shape)
+    pre = stages.program("pre", shape)
+    post = stages.program("post", shape)
     out["programs_open_mib"] = _status("VmRSS") - base - out["runner_and_libraries_mib"]
     out["planned_bound_mib"] = (pre.planned_bytes + post.planned_bytes) / 2**20
     image, steps = pre_input(rgb, shape)

@@ -80,7 +80,8 @@ class ExecuTorchStages:
         self.runtime = etrunner.Runtime.get(threads)
         self._programs: dict[str, etrunner.Program] = {}
 
-    def _program(self, kind: str, shape: tuple[int, int]) -> etrunner.Program:
+    def program(self, kind: str, shape: tuple[int, int]) -> etrunner.Program:
+        """The open ``kind`` program ("pre" or "post"), opened and checked on first use."""
         # Each program is the same for every core shape (the resize comes as inputs):
         # any of the directory's serves a shape exported without one.
         if kind not in self._programs:
@@ -102,7 +103,7 @@ class ExecuTorchStages:
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         image, steps = pre_input(rgb, shape)
         inputs = bands.program_inputs(image, steps)
-        program = self._program("pre", shape)
+        program = self.program("pre", shape)
         (out,) = program.run(inputs, copy=False)
         h, w = shape
         # A copy (never a view: the program's memory is reused), the bands' tail cut.
@@ -122,7 +123,7 @@ class ExecuTorchStages:
             from edge.stages.numpy import _resize_float
 
             return _resize_float(depth, size), _resize_float(conf, size)
-        program = self._program("post", (h, w))
+        program = self.program("post", (h, w))
         (out,) = program.run(bands.post_inputs(depth, conf, axes), copy=False)
         both = out.reshape(2, -1, out.shape[2])  # depth over confidence, bands' tails
         # Copies (never views: the program's memory is reused), the tails cut.
