@@ -154,12 +154,28 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "seconds": time.per
 """
 
 
-def cold_still(argv: list[str], cwd: Path | None = None) -> dict[str, float]:
+def cold_still(
+    argv: list[str], cwd: Path | None = None, *, trace: bool = False
+) -> dict[str, float | None]:
     """Run ``argv`` (absolute executable first) in a fresh process; its wall seconds
-    and peak RSS in MiB."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _SPAWN, *argv], cwd=cwd, capture_output=True, text=True, check=False
-    )
+    and peak RSS in MiB. ``trace``: also ``load_ms``, the model's open to ready from
+    its ``edge.trace`` marks (None if it opened none)."""
+    env = dict(os.environ)
+    marks = None
+    if trace:
+        fd, name = tempfile.mkstemp(prefix="da3-edge-trace-", suffix=".jsonl")
+        os.close(fd)
+        marks = Path(name)
+        env["DA3_EDGE_TRACE"] = str(marks)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _SPAWN, *argv],
+            cwd=cwd, capture_output=True, text=True, check=False, env=env,
+        )  # fmt: skip
+        load = _load_ms(marks.read_text()) if marks else None
+    finally:
+        if marks:
+            marks.unlink(missing_ok=True)
     try:
         report = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -170,7 +186,24 @@ def cold_still(argv: list[str], cwd: Path | None = None) -> dict[str, float]:
         )
     # ru_maxrss is KiB on Linux, bytes on macOS.
     scale = 1024 * 1024 if sys.platform == "darwin" else 1024
-    return {"seconds": report["seconds"], "peak_rss_mib": report["maxrss"] / scale}
+    out: dict[str, float | None] = {
+        "seconds": report["seconds"],
+        "peak_rss_mib": report["maxrss"] / scale,
+    }
+    if trace:
+        out["load_ms"] = load
+    return out
+
+
+def _load_ms(lines: str) -> float | None:
+    """The first core's open-to-ready time in an ``edge.trace`` file, ms."""
+    seen: dict[str, float] = {}
+    for line in lines.splitlines():
+        record = json.loads(line)
+        seen.setdefault(str(record["mark"]), float(record["s"]))
+    if "core: open" in seen and "core: ready" in seen:
+        return (seen["core: ready"] - seen["core: open"]) * 1000
+    return None
 
 
 def machine_info() -> dict[str, Any]:

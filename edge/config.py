@@ -43,7 +43,7 @@ class ModelConfig:
     precision: str = "fp16"
     stages: str = "numpy"
     threads: int = 0
-    weight_cache: str = ""
+    weight_cache: str = "auto"
     workers: int = 1
 
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edge import platform
+from edge import platform, trace, weightcache
 from edge.closing import Closing
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError, first_line
 from edge.native import captured_stderr as _native_stderr
@@ -63,7 +63,8 @@ class CoreSpec:
     path: Path
     threads: int | None = None  # None: platform.default_threads()
     fp16_arithmetic: bool | None = None  # None: the policy for ``precision`` (platform)
-    weight_cache: Path | None = None  # XNNPACK packed-weight cache directory
+    weight_cache: Path | None = None  # XNNPACK packed-weight cache directory (weightcache)
+    model_sha256: str | None = None  # the manifest's, for the cache's key
     precision: str | None = None  # the model's (fp32/fp16/int8), from the manifest
     shape: tuple[int, int] | None = None  # (h, w) the manifest promises; checked at open
     release_file_pages: bool = True
@@ -175,11 +176,13 @@ class Core(Closing):
             # identifier was created") when a weight cache meets FORCE_FP16: seen on
             # x86_64 and on Cortex-A76 (the aarch64 lane). tests/test_core.py keeps a
             # canary that tells when a LiteRT release stops doing it.
-            log.warning(
+            log.info(
                 "weight cache %s not used: LiteRT crashes when it meets fp16 arithmetic",
                 self.weight_cache,
             )
             self.weight_cache = None
+        self.weight_cache_file: Path | None = None  # the file used, if any
+        self.weight_cache_built = False  # built by this open (a first run)
         self._model: Any = None
         self._first_run = True
         self._queued: np.ndarray | None = None
@@ -188,6 +191,7 @@ class Core(Closing):
 
     def _open(self) -> None:
         require_litert_cpu()
+        trace.mark("core: open")
         try:
             import ai_edge_litert
             from ai_edge_litert.compiled_model import CompiledModel
@@ -198,6 +202,7 @@ class Core(Closing):
             raise EdgeError(
                 f"cannot import ai_edge_litert ({exc}); reinstall da3-edge's dependencies"
             ) from exc
+        trace.mark("core: litert imported")
         # None keeps LiteRT's default XNNPACK flags. An explicit 0 would also switch off
         # the signed/unsigned int8 paths (QS8/QU8): measured, the int8 model then ran
         # 4.6x slower (1.05 s vs 0.23 s at 378x504). So fp16 arithmetic is asked for
@@ -205,7 +210,12 @@ class Core(Closing):
         flags = platform.XNNPACK_FLAGS_FP16 if self.fp16_arithmetic else None
         cache = ""
         if self.weight_cache is not None:
-            cache = str(self.weight_cache_file(flags))
+            found, self.weight_cache_built = weightcache.path_for(
+                self.weight_cache, self.path, self.spec.model_sha256, flags, self.threads
+            )
+            self.weight_cache_file = found
+            cache = str(found) if found else ""
+            trace.mark("core: weight cache")
         options = Options(
             hardware_accelerators=HardwareAccelerator.CPU,
             cpu_options=CpuOptions(
@@ -217,6 +227,7 @@ class Core(Closing):
             with _native_stderr(native):
                 runtime = os.path.dirname(os.path.abspath(ai_edge_litert.__file__))
                 environment = Environment.create(options=EnvironmentOptions(runtime_path=runtime))
+                trace.mark("core: environment")
                 try:
                     model = CompiledModel.from_file(
                         str(self.path), options=options, environment=environment
@@ -252,6 +263,7 @@ class Core(Closing):
                 model.close()
                 environment.close()
             raise
+        trace.mark("core: model compiled")
         self._model = model
         self._inputs = model.create_input_buffers(self._sig_index)
         self._outputs = model.create_output_buffers(self._sig_index)
@@ -260,19 +272,7 @@ class Core(Closing):
             # XNNPACK has packed the weights: the file's pages are dead weight in RSS
             # (fp16 model: 283 -> 236 MiB right after open; outputs bit-identical).
             self.released_bytes = release_mapped_file(self.path)
-
-    def weight_cache_file(self, flags: int | None) -> Path:
-        """XNNPACK's packed-weight cache for this model file and these flags.
-
-        XNNPACK takes a file, not a directory; the name carries the model's name,
-        size and mtime and the delegate flags (fp16 arithmetic packs differently), so
-        a re-exported model or a policy change never reads a stale cache.
-        """
-        assert self.weight_cache is not None
-        self.weight_cache.mkdir(parents=True, exist_ok=True)
-        st = self.path.stat()
-        tag = f"f{flags}" if flags is not None else "default"
-        return self.weight_cache / f"{self.path.stem}.{st.st_size}-{st.st_mtime_ns}.{tag}.xnnpack"
+        trace.mark("core: ready")
 
     @property
     def shape(self) -> tuple[int, int]:

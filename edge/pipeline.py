@@ -9,6 +9,7 @@ both are recorded in the frame. ``strict_shape=True`` refuses instead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -19,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from edge import images, stages
+from edge import images, stages, trace
 from edge.closing import Closing
 from edge.core import Core, CoreLike, CoreSpec, require_litert_cpu
 from edge.coreproc import ProcessCore
 from edge.depth import DepthFrame
 from edge.errors import ModelNotFound, ShapeError
 from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
+
+_PIXEL = np.zeros((1, 1, 3), dtype=np.uint8)  # what a Job's still keeps of its pixels
 
 
 @dataclass
@@ -67,7 +70,9 @@ class PipelineSpec:
     threads: int | None = None  # per core; None: the platform's, shared among workers
     strict_shape: bool = False  # refuse an image whose DA3 shape was not exported
     fp16_arithmetic: bool | None = None  # None: the platform policy (CoreSpec)
-    weight_cache: str | os.PathLike[str] | None = None
+    # XNNPACK's packed-weight cache (edge.weightcache): "auto" is the user's cache
+    # directory, "off" (or None) none, anything else a directory.
+    weight_cache: str | os.PathLike[str] | None = "auto"
     max_pixels: int = images.MAX_PIXELS
     # The daemon runs the core in a worker process (edge/coreproc.py): LiteRT holds
     # the GIL for a whole inference, which would stall capture and writing.
@@ -82,6 +87,17 @@ class PipelineSpec:
 
 
 OpenCore = Callable[[CoreSpec], CoreLike]
+
+
+def weight_cache_dir(value: str | os.PathLike[str] | None) -> Path | None:
+    """A ``weight_cache`` setting ("auto", "off"/None/"", or a directory) -> directory."""
+    if value is None or str(value) in ("", "off"):
+        return None
+    if str(value) == "auto":
+        from edge import weightcache
+
+        return weightcache.default_dir()
+    return Path(value)
 
 
 class Pipeline(Closing):
@@ -160,12 +176,12 @@ class Pipeline(Closing):
 
     def core_spec(self, artifact: Artifact) -> CoreSpec:
         """The CoreSpec for one of the manifest's cores (size and hash checked)."""
-        cache = self.spec.weight_cache
         return CoreSpec(
             self.manifest.verify(artifact),
             threads=self.worker_threads(),
             fp16_arithmetic=self.spec.fp16_arithmetic,
-            weight_cache=Path(cache) if cache else None,
+            weight_cache=weight_cache_dir(self.spec.weight_cache),
+            model_sha256=artifact.sha256,
             precision=artifact.precision,
             shape=artifact.shape,
         )
@@ -182,12 +198,26 @@ class Pipeline(Closing):
     def __call__(self, image: Any, name: str | None = None) -> DepthFrame:
         return self.run(image, name)
 
-    def run(self, image: Any, name: str | None = None, decode_ms: float = 0.0) -> DepthFrame:
+    def run(
+        self, image: Any, name: str | None = None, decode_ms: float = 0.0, *, last: bool = False
+    ) -> DepthFrame:
         """One image (decoded unless a ``Still``, whose ``decode_ms`` the caller may
-        give) through preprocess, core and postprocess."""
+        give) through preprocess, core and postprocess. ``last``: no image follows, so
+        the core is closed as soon as it has answered, and its memory (packed weights,
+        activations: ~200 MiB for fp16 here) is freed before postprocessing and writing
+        add theirs; the pipeline opens it again if asked."""
         job = self.prepare(image, name, decode_ms)
         self.submit(job)
+        if last:
+            self.collect(job)
+            self._close_core(job.core)
         return self.finish(job)
+
+    def _close_core(self, core: CoreLike) -> None:
+        for key, open_core in list(self._cores.items()):
+            if open_core is core:
+                del self._cores[key]
+        core.close()
 
     # One image is prepare -> submit -> collect -> finish. Split like this, a caller
     # with the core in a worker process (the daemon) preprocesses the next image while
@@ -203,11 +233,17 @@ class Pipeline(Closing):
         else:
             still = images.load(image, name=name, max_pixels=self.spec.max_pixels)
             decode_ms = (time.perf_counter() - t0) * 1000
+            trace.mark("decoded")
         wanted, used = self.choose(still.size)
         core, artifact = self.core(used, worker)
         t1 = time.perf_counter()
         x = self.stages.preprocess(still.rgb, used)
         t2 = time.perf_counter()
+        # The pixels are not needed past here: keep a stand-in of their shape that holds
+        # no memory, so a decoded still (5.8 MB at 1200x1600) is not resident through the
+        # core's peak. (A camera frame's pixels stay with the frame that owns them.)
+        still = dataclasses.replace(still, rgb=np.broadcast_to(_PIXEL, still.rgb.shape))
+        trace.mark("preprocessed")
         return Job(
             still, wanted, used, core, artifact, x,
             {"decode": decode_ms, "preprocess": (t2 - t1) * 1000},
@@ -224,6 +260,7 @@ class Pipeline(Closing):
         """Wait for the core's answer to ``job``."""
         job.raw = job.core.collect()
         job.timings["core"] = job.core.last_ms
+        trace.mark("core run")
 
     def finish(self, job: Job) -> DepthFrame:
         """Postprocess to the image's size (collecting first if not done yet)."""
@@ -235,6 +272,7 @@ class Pipeline(Closing):
         depth, conf = self.stages.postprocess(*job.raw, still.size)
         job.raw = None
         job.timings["postprocess"] = (time.perf_counter() - t3) * 1000
+        trace.mark("postprocessed")
         return DepthFrame(
             depth=depth,
             conf=conf,

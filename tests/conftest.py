@@ -60,6 +60,10 @@ def _isolated_paths(
     monkeypatch.delenv("DA3_EDGE_FP16_ARITHMETIC", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(xdg / "data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(xdg / "cache"))
+    # XNNPACK's weight cache ("auto" by default) is shared by the session, as on a user's
+    # machine: built once per model, not once per test (tests/test_weightcache.py
+    # points it elsewhere to test it).
+    monkeypatch.setenv("DA3_EDGE_WEIGHT_CACHE", str(tmp_path_factory.getbasetemp() / "xnnpack"))
 
 
 @pytest.fixture(scope="session")

@@ -58,8 +58,9 @@ def test_weight_cache_gives_the_same_answer(fp16_path: Path, tmp_path: Path) -> 
         cache = tmp_path / "cache"
         with Core(fp16_path, threads=2, fp16_arithmetic=False, weight_cache=cache) as cached:
             np.testing.assert_allclose(cached.run(x)[0], expected, rtol=1e-6, atol=1e-6)
-    files = list((tmp_path / "cache").iterdir())
-    assert len(files) == 1 and files[0].name.startswith(fp16_path.stem)
+    files = sorted((tmp_path / "cache").iterdir())  # the cache and its record
+    assert [f.suffix for f in files] == [".xnnpack", ".json"]
+    assert files[0].name.startswith(fp16_path.stem)
     assert files[0].stat().st_size > 10_000_000  # the packed weights
 
 

@@ -72,6 +72,15 @@ def test_unit_lifecycle(container: Container) -> None:
     assert status
     owner = box.sh("stat -c %U /run/da3-edge/frames").stdout.strip()
     assert owner == "da3-edge"
+    # The weight cache ("auto"): built under the unit's CacheDirectory, the service
+    # user's alone.
+    cache = box.sh(
+        "stat -c '%U %a %n' /var/cache/da3-edge/daemon /var/cache/da3-edge/daemon/xnnpack/*.xnnpack"
+    )
+    print("weight cache:", cache.stdout.strip())
+    lines = cache.stdout.split("\n")
+    assert lines[0] == "da3-edge 700 /var/cache/da3-edge/daemon", cache.stdout + cache.stderr
+    assert lines[1].startswith("da3-edge 600 /var/cache/da3-edge/daemon/xnnpack/da3-small_")
 
     # Inject a hang: the camera script now hangs after three frames. The reload applies
     # it (ExecReload sends SIGHUP); the watchdog must then kill and restart the daemon.

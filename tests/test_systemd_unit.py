@@ -261,6 +261,9 @@ def test_unit_paths_and_limits(unit: dict[str, dict[str, list[str]]]) -> None:
     assert service["RuntimeDirectory"] == ["da3-edge"]
     assert service["RuntimeDirectoryMode"] == ["0755"]
     assert service["StateDirectory"] == ["da3-edge"]
+    # The weight cache: systemd's CACHE_DIRECTORY, which edge.models.cache_dir reads.
+    assert service["CacheDirectory"] == ["da3-edge/daemon"]
+    assert service["CacheDirectoryMode"] == ["0700"]
     environment = dict(item.split("=", 1) for item in list_setting(service["Environment"]))
     # The models live in the StateDirectory, the one place besides /run it may write.
     assert environment["DA3_EDGE_MODELS"] == "/var/lib/da3-edge/models"

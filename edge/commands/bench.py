@@ -134,20 +134,15 @@ def main(args: Sequence[str] | None = None) -> int:
             src.write_bytes(image)
             for precision in precisions:
                 print(f"cold start: snap --precision {precision}...", file=sys.stderr, flush=True)
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "edge",
-                    "snap",
-                    str(src),
-                    "-o",
-                    tmp,
-                    "--models",
-                    str(models),
-                    "--precision",
-                    precision,
-                ]
-                cold[precision] = bench.cold_still(argv)
+                argv = [sys.executable, "-m", "edge", "snap", str(src), "-o", tmp,
+                        "--models", str(models), "--precision", precision]  # fmt: skip
+                # The weight cache off, then its first run (building it, in a directory
+                # of its own) and a warm one: the default from then on.
+                fresh = str(Path(tmp) / f"cache-{precision}")
+                cold[precision] = {
+                    mode: bench.cold_still([*argv, "--weight-cache", cache], trace=True)
+                    for mode, cache in (("off", "off"), ("first", fresh), ("warm", fresh))
+                }
     data: dict[str, Any] = {
         "image": image_label,
         "models": str(models),
@@ -205,9 +200,16 @@ def render_table(data: dict[str, Any]) -> str:
     lines += [head + "   (ms)", "-" * len(head)]
     lines += [_row(run) for run in data["runs"]]
     if data["cold_still"]:
-        cold = "; ".join(
-            f"{p} {v['seconds']:.2f} s, peak RSS {v['peak_rss_mib']:.0f} MiB"
-            for p, v in data["cold_still"].items()
-        )
-        lines += ["", f"cold still (fresh `da3-edge snap` process, one image): {cold}"]
+        lines += [
+            "",
+            "cold still (a fresh `da3-edge snap` process, one image; load: the model's",
+            "open to ready, in that process; weight cache off, its first run, warm):",
+            f"{'precision':<9} {'cache':<6} {'seconds':>7} {'peak RSS':>9} {'load':>7}",
+        ]
+        for p, modes in data["cold_still"].items():
+            for mode, v in modes.items():
+                load = f"{v['load_ms']:>4.0f} ms" if v.get("load_ms") is not None else "      -"
+                lines.append(
+                    f"{p:<9} {mode:<6} {v['seconds']:>5.2f} s {v['peak_rss_mib']:>5.0f} MiB {load}"
+                )
     return "\n".join(lines)

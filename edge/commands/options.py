@@ -42,6 +42,17 @@ def add_stages(
     _add_choice(p, "--stages", STAGES, "pre/post-processing backend", None, config_key, default)
 
 
+def add_weight_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--weight-cache",
+        default="auto",
+        metavar="DIR|auto|off",
+        help="XNNPACK's packed-weight cache: auto (default: ~/.cache/da3-edge/xnnpack, or "
+        "$DA3_EDGE_CACHE/xnnpack), a directory, or off. Built once per model by a child "
+        "process; not used with fp16 arithmetic",
+    )
+
+
 def _add_choice(
     p: argparse.ArgumentParser,
     flag: str,

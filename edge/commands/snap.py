@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge import frames, images
+from edge import frames, images, trace
 from edge.commands import options
 from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError, report
 
@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_models(p)
     options.add_precision(p, default="fp16")
     options.add_stages(p, default="$DA3_EDGE_STAGES, else numpy")
+    options.add_weight_cache(p)
     p.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads for the core (default: cores, max 4)"
     )
@@ -162,6 +163,7 @@ def main(args: Sequence[str] | None = None) -> int:
 
     from edge.pipeline import Pipeline, PipelineSpec
 
+    trace.mark("imports")
     items = list(expand(ns.inputs))
     total = len(items)
     failures = 0
@@ -175,8 +177,10 @@ def main(args: Sequence[str] | None = None) -> int:
         threads=ns.threads,
         strict_shape=ns.strict_shape,
         max_pixels=ns.max_pixels,
+        weight_cache=ns.weight_cache,
     )
     with Pipeline.load(spec) as pipeline:
+        trace.mark("pipeline loaded")
         if any(a.random_init for a in pipeline.manifest.cores()):
             print(
                 "da3-edge: warning: these models have random-init weights: outputs are NOT "
@@ -191,11 +195,12 @@ def main(args: Sequence[str] | None = None) -> int:
             start = time.perf_counter()
             try:
                 source = sys.stdin.buffer.read() if item.source == "-" else item.source
-                frame = pipeline(source, name=item.label)
+                frame = pipeline.run(source, name=item.label, last=index == total)
                 key = "-" if item.source == "-" else str(Path(item.source).resolve())
                 stem = claim_stem(out, item.stem, key, taken, formats)
                 try:
                     frames.write(frame, out, stem, formats, extra={"source": key})
+                    trace.mark("written")
                 except OSError as exc:
                     raise OutputError(
                         f"{item.label}: cannot write to {out} ({exc.strerror or exc})"
