@@ -45,6 +45,33 @@ def require_litert_cpu() -> None:
         raise EdgeError(f"cannot run LiteRT here: {blocker}")
 
 
+def compile_model(path: str, threads: int, flags: int | None, weight_cache: str = "") -> Any:
+    """LiteRT's CompiledModel of ``path`` on the CPU (XNNPACK, ``threads``, ``flags``;
+    ``weight_cache``: XNNPACK's packed-weight file, "" for none), in an environment of
+    its own (``model.environment``: close it after the model; it is closed here if the
+    compile fails). The one place LiteRT is set up: ``Core`` and the weight
+    cache's builder (``weightcache._child``) must compile alike, or the cache would be
+    built for other kernels than the ones that map it."""
+    import ai_edge_litert
+    from ai_edge_litert.compiled_model import CompiledModel
+    from ai_edge_litert.environment import Environment, EnvironmentOptions
+    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+    from ai_edge_litert.options import CpuOptions, Options
+
+    cpu = CpuOptions(
+        num_threads=threads, xnnpack_flags=flags, xnnpack_weight_cache_path=weight_cache
+    )
+    options = Options(hardware_accelerators=HardwareAccelerator.CPU, cpu_options=cpu)
+    runtime = os.path.dirname(os.path.abspath(ai_edge_litert.__file__))
+    environment = Environment.create(options=EnvironmentOptions(runtime_path=runtime))
+    trace.mark("core: environment")
+    try:
+        return CompiledModel.from_file(path, options=options, environment=environment)
+    except BaseException:
+        environment.close()
+        raise
+
+
 def check_input(image: np.ndarray, input_shape: tuple[int, int, int, int]) -> None:
     """A core's input must be float32 of exactly its (1, 3, h, w): ``ShapeError`` if not."""
     if image.shape != input_shape:
@@ -193,11 +220,7 @@ class Core(Closing):
         require_litert_cpu()
         trace.mark("core: open")
         try:
-            import ai_edge_litert
-            from ai_edge_litert.compiled_model import CompiledModel
-            from ai_edge_litert.environment import Environment, EnvironmentOptions
-            from ai_edge_litert.hardware_accelerator import HardwareAccelerator
-            from ai_edge_litert.options import CpuOptions, Options
+            import ai_edge_litert.compiled_model  # noqa: F401 - compile_model's imports
         except ImportError as exc:  # pragma: no cover - a broken install
             raise EdgeError(
                 f"cannot import ai_edge_litert ({exc}); reinstall da3-edge's dependencies"
@@ -216,25 +239,10 @@ class Core(Closing):
             self.weight_cache_file = found
             cache = str(found) if found else ""
             trace.mark("core: weight cache")
-        options = Options(
-            hardware_accelerators=HardwareAccelerator.CPU,
-            cpu_options=CpuOptions(
-                num_threads=self.threads, xnnpack_flags=flags, xnnpack_weight_cache_path=cache
-            ),
-        )
         native: list[str] = []
         try:
             with _native_stderr(native):
-                runtime = os.path.dirname(os.path.abspath(ai_edge_litert.__file__))
-                environment = Environment.create(options=EnvironmentOptions(runtime_path=runtime))
-                trace.mark("core: environment")
-                try:
-                    model = CompiledModel.from_file(
-                        str(self.path), options=options, environment=environment
-                    )
-                except BaseException:
-                    environment.close()
-                    raise
+                model = compile_model(str(self.path), self.threads, flags, cache)
         except Exception as exc:  # LiteRT raises RuntimeError/ValueError with C++ text
             detail = _native_error("".join(native)) or first_line(exc)
             raise ModelCorrupt(f"{self.path}: LiteRT cannot load it ({detail})") from None
@@ -260,6 +268,7 @@ class Core(Closing):
             check_spec_shape(self.spec, shape)
         except ModelCorrupt:
             with _native_stderr([]):
+                environment = model.environment
                 model.close()
                 environment.close()
             raise

@@ -246,7 +246,7 @@ class Manifest:
                 f"{path}: {st.st_size} bytes, manifest says {artifact.bytes} (truncated or "
                 "replaced; export it again)"
             )
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, artifact.sha256]
+        stamp = [*file_identity(st), artifact.sha256]
         key = str(path.resolve())
         stamps = _Stamps.load()
         if not full and stamps.data.get(key) == stamp:
@@ -259,6 +259,14 @@ class Manifest:
             )
         stamps.remember(key, stamp)
         return path
+
+
+def file_identity(st: os.stat_result) -> list[int]:
+    """A file's identity as a stamp: size, mtime, ctime, inode, device. Any write, chmod
+    or rename over the file changes its ctime; a copy elsewhere changes inode or device.
+    Verified model files (``Manifest.verify``) and weight-cache files (``weightcache``)
+    are trusted while they keep it."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def cache_dir() -> Path:

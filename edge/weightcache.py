@@ -21,8 +21,9 @@ What makes it safe to use by default:
   exits 0 is the file hashed, its sidecar written and both renamed into place. A
   crashed or failed build leaves no file behind and the caller runs without a cache.
   Before building, the filesystem must have room for ``2 x model + 64 MiB``.
-- **Verified before use.** The sidecar records the file's SHA-256 and its stat (size,
-  mtime, ctime, inode); a file whose stat differs is rebuilt, never handed to XNNPACK.
+- **Verified before use.** The sidecar records the file's SHA-256 and its identity
+  (``models.file_identity``: size, mtime, ctime, inode, device); a file whose identity
+  differs is rebuilt, never handed to XNNPACK.
 - **Never with fp16 arithmetic** (``Core`` drops it: LiteRT aborts on that combination;
   tests/test_core.py keeps the canary).
 
@@ -100,10 +101,10 @@ def name(model: Path, sha256: str | None, flags: int | None) -> str:
     return f"{model.stem}.{ident}.litert-{_litert_version()}.{tag}{SUFFIX}"
 
 
-def _stamp(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-            "ino": st.st_ino}  # fmt: skip
+def _stamp(path: Path) -> list[int]:
+    from edge.models import file_identity
+
+    return file_identity(path.stat())
 
 
 def _sidecar(path: Path) -> Path:
@@ -145,7 +146,11 @@ def build(
             "" if flags is None else str(flags), str(threads)]  # fmt: skip
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        # Not traced: the child's marks would interleave with this process's own.
+        env = {k: v for k, v in os.environ.items() if k != "DA3_EDGE_TRACE"}
+        proc = subprocess.run(
+            args, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=env
+        )
         if proc.returncode != 0 or not tmp.is_file():
             said = [ln for ln in proc.stderr.splitlines() if not ln.startswith("INFO: ")]
             errors = [ln for ln in said if "ERROR" in ln or "Error" in ln]
@@ -202,23 +207,10 @@ def path_for(
 
 def _child(argv: list[str]) -> int:
     """Compile ``model`` with XNNPACK writing its packed weights to ``out``."""
-    model, out, flags, threads = argv
-    import ai_edge_litert
-    from ai_edge_litert.compiled_model import CompiledModel
-    from ai_edge_litert.environment import Environment, EnvironmentOptions
-    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
-    from ai_edge_litert.options import CpuOptions, Options
+    from edge.core import compile_model
 
-    cpu = CpuOptions(
-        num_threads=int(threads),
-        xnnpack_flags=int(flags) if flags else None,
-        xnnpack_weight_cache_path=out,
-    )
-    options = Options(hardware_accelerators=HardwareAccelerator.CPU, cpu_options=cpu)
-    runtime = os.path.dirname(os.path.abspath(ai_edge_litert.__file__))
-    environment = Environment.create(options=EnvironmentOptions(runtime_path=runtime))
-    compiled = CompiledModel.from_file(model, options=options, environment=environment)
-    compiled.close()
+    model, out, flags, threads = argv
+    compile_model(model, int(threads), int(flags) if flags else None, out).close()
     return 0 if os.path.isfile(out) and os.path.getsize(out) > 0 else 1
 
 
