@@ -158,8 +158,10 @@ def cold_still(
     argv: list[str], cwd: Path | None = None, *, trace: bool = False
 ) -> dict[str, float | None]:
     """Run ``argv`` (absolute executable first) in a fresh process; its wall seconds
-    and peak RSS in MiB. ``trace``: also ``load_ms``, the model's open to ready from
-    its ``edge.trace`` marks (None if it opened none)."""
+    and peak RSS in MiB. ``trace``: also, from its ``edge.trace`` marks (None where it
+    made none), ``load_ms`` (the model's open to ready) and ``to_depth_ms`` (the
+    pipeline loaded to the first core run done: decoding, the model's load,
+    preprocessing and the run; no postprocessing, no writing)."""
     env = dict(os.environ)
     marks = None
     if trace:
@@ -172,7 +174,7 @@ def cold_still(
             [sys.executable, "-c", _SPAWN, *argv],
             cwd=cwd, capture_output=True, text=True, check=False, env=env,
         )  # fmt: skip
-        load = _load_ms(marks.read_text()) if marks else None
+        spans = _trace_spans(marks.read_text()) if marks else {}
     finally:
         if marks:
             marks.unlink(missing_ok=True)
@@ -191,19 +193,23 @@ def cold_still(
         "peak_rss_mib": report["maxrss"] / scale,
     }
     if trace:
-        out["load_ms"] = load
+        out.update(spans)
     return out
 
 
-def _load_ms(lines: str) -> float | None:
-    """The first core's open-to-ready time in an ``edge.trace`` file, ms."""
+_SPANS = {"load_ms": ("core: open", "core: ready"), "to_depth_ms": ("pipeline loaded", "core run")}
+
+
+def _trace_spans(lines: str) -> dict[str, float | None]:
+    """``_SPANS`` in an ``edge.trace`` file, ms from each first mark to the next's first."""
     seen: dict[str, float] = {}
     for line in lines.splitlines():
         record = json.loads(line)
         seen.setdefault(str(record["mark"]), float(record["s"]))
-    if "core: open" in seen and "core: ready" in seen:
-        return (seen["core: ready"] - seen["core: open"]) * 1000
-    return None
+    return {
+        name: (seen[b] - seen[a]) * 1000 if a in seen and b in seen else None
+        for name, (a, b) in _SPANS.items()
+    }
 
 
 def machine_info() -> dict[str, Any]:

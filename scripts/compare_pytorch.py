@@ -31,6 +31,20 @@ Measured, alternating the contenders round by round, each in a fresh process:
   serve's CPU-ms per frame, peak RSS, and the `latest` switch to /events delay.
 - publish: scripts/bench-publish.py (needs mosquitto): `da3-edge publish`'s CPU-ms per
   message with the preview off and on, and the `latest` switch to `state` delay.
+- start-up: every da3-edge still is traced (DA3_EDGE_TRACE), so its model load (core
+  open -> ready) is reported; the XNNPACK weight cache lives in this run's own directory,
+  built by one still per precision before the rounds (its "first" load reported apart),
+  and `snap --weight-cache off` and `snap --precision int8` run in the rounds too.
+- peer (--peer CLI --peer-gguf PRECISION=FILE ...): depth-anything.cpp's `da3-cli depth`
+  (a C++/ggml port; build and GGUFs: scripts/peer/README.md) in the same rounds: its
+  still (PFM + PNG at the processing size, which is less than da3-edge writes) and, in a
+  process of its own, its model load and first inference as it reports them (`--repeat
+  1`; beside da3-edge's trace from the pipeline loaded to the core's run); its depth is
+  checked against da3-edge's (log-depth Pearson), so both ran the same weights. Without
+  --peer the JSON says the peer was not measured.
+- before (--before DIR): `da3-edge snap` from a checkout of an earlier revision
+  (PYTHONPATH=DIR, same runtime env) alternating with this one: the per-round ratio
+  new / before and its median.
 
 Prints a table; --json writes the raw numbers (scripts/gen-performance-table.py turns
 that JSON into the table in docs/performance.md).
@@ -95,16 +109,81 @@ print(json.dumps({"total_in_process_s": t_done - t0, "load_s": t_loaded - t0, "f
 """
 
 
-def _with_env(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+def _with_env(
+    argv: list[str], env: dict[str, str], trace: bool = False, cwd: Path | None = None
+) -> dict[str, Any]:
+    """``bench.cold_still`` with ``env`` added. ``cwd``: run there (``python -m edge``
+    puts its working directory first on sys.path, ahead of PYTHONPATH)."""
     from edge import bench
 
     old = dict(os.environ)
     os.environ.update(env)
     try:
-        return bench.cold_still(argv)
+        return bench.cold_still(argv, cwd=cwd, trace=trace)
     finally:
         os.environ.clear()
         os.environ.update(old)
+
+
+def peer_first_depth(cli: Path, gguf: Path, image: Path, threads: int) -> dict[str, float]:
+    """depth-anything.cpp's model load and first depth map, as its bench hook prints
+    them (``--repeat 1``: ``load=...ms infer=...ms/iter``). Its load reads the GGUF and
+    places the weights; its graphs are built inside each inference, so ``to_depth_ms``
+    (load + the first inference, which decodes and preprocesses the image) is the
+    like-for-like figure to da3-edge's."""
+    argv = [str(cli), "depth", "--model", str(gguf), "--input", str(image),
+            "--threads", str(threads), "--repeat", "1"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    found = {}
+    for word in proc.stdout.split():
+        key, _, value = word.partition("=")
+        if key in ("load", "infer") and value.endswith(("ms", "ms/iter")):
+            found[f"{key}_ms"] = float(value.split("ms")[0])
+    if len(found) != 2:
+        raise SystemExit(f"{cli}: no load=/infer= in its output ({proc.stderr.strip()[-300:]})")
+    return {**found, "to_depth_ms": found["load_ms"] + found["infer_ms"]}
+
+
+def read_pfm(path: Path) -> Any:
+    """A PFM file (greyscale ``Pf``) as a top-down float32 array."""
+    import numpy as np
+
+    with path.open("rb") as fh:
+        kind = fh.readline().strip()
+        w, h = (int(v) for v in fh.readline().split())
+        scale = float(fh.readline())
+        data = np.frombuffer(fh.read(), dtype="<f4" if scale < 0 else ">f4")
+    if kind != b"Pf" or data.size != w * h:
+        raise SystemExit(f"{path}: not a greyscale PFM")
+    return data.reshape(h, w)[::-1].astype(np.float32)
+
+
+def peer_agreement(peer_pfm: Path, ours_npz: Path) -> float:
+    """Pearson correlation of log-depth, the peer's map (at the processing size)
+    resized to ours with Pillow's bilinear filter (what da3-edge's postprocess uses)."""
+    import numpy as np
+    from PIL import Image
+
+    ours = np.load(ours_npz)["depth"]
+    theirs = read_pfm(peer_pfm)
+    up = Image.fromarray(theirs, mode="F").resize(ours.shape[::-1], Image.Resampling.BILINEAR)
+    a = np.log(np.maximum(ours, 1e-12)).ravel()
+    b = np.log(np.maximum(np.asarray(up), 1e-12)).ravel()
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def git_revision(directory: Path) -> str | None:
+    proc = subprocess.run(
+        ["git", "-C", str(directory), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return proc.stdout.strip() or None
+
+
+def peer_source(cli: Path) -> str | None:
+    """What scripts/peer/build.sh recorded the CLI was built from (``CLI.source``)."""
+    record = cli.with_name(cli.name + ".source")
+    return record.read_text().strip() if record.is_file() else git_revision(cli.parent)
 
 
 def core_latency(
@@ -336,9 +415,39 @@ def main() -> int:
         "--no-publish", dest="publish", action="store_false",
         help="skip the MQTT publisher's figures (they need mosquitto)",
     )  # fmt: skip
+    p.add_argument(
+        "--peer", type=Path, metavar="CLI",
+        help="depth-anything.cpp's da3-cli, built locally (scripts/peer/README.md): timed "
+        "beside da3-edge in the same rounds",
+    )  # fmt: skip
+    p.add_argument(
+        "--peer-gguf", action="append", default=[], metavar="PRECISION=FILE",
+        help="a GGUF for --peer, e.g. f16=da3-small-f16.gguf (repeat for q8_0)",
+    )  # fmt: skip
+    p.add_argument(
+        "--before", type=Path, metavar="DIR",
+        help="a checkout of an earlier da3-edge revision: its snap alternates with this one's",
+    )  # fmt: skip
     ns = p.parse_args()
     if 1 not in ns.daemon_workers:
         p.error("--daemon-workers must include 1 (the default config)")
+    # Absolute (not resolved: a venv's python is a symlink that must stay one), since
+    # the stills run in the work directory.
+    for attr in ("weights", "models", "image", "runtime_python", "peer", "before"):
+        if getattr(ns, attr) is not None:
+            setattr(ns, attr, getattr(ns, attr).absolute())
+    peer_ggufs: dict[str, Path] = {}
+    for item in ns.peer_gguf:
+        precision, sep, file = item.partition("=")
+        if not sep or not Path(file).is_file():
+            p.error(f"--peer-gguf {item}: expected PRECISION=FILE of an existing file")
+        peer_ggufs[precision] = Path(file).absolute()
+    if ns.peer and not (ns.peer.is_file() and os.access(ns.peer, os.X_OK)):
+        p.error(f"--peer {ns.peer}: not an executable")
+    if bool(ns.peer) != bool(peer_ggufs):
+        p.error("--peer and --peer-gguf go together")
+    if ns.before and not (ns.before / "edge" / "__init__.py").is_file():
+        p.error(f"--before {ns.before}: not a da3-edge checkout (no edge/__init__.py)")
 
     from edge import bench
 
@@ -347,54 +456,53 @@ def main() -> int:
     if ns.image is None:
         image.write_bytes(bench.synthetic_jpeg())
     threads_env = {"OMP_NUM_THREADS": str(ns.threads)}
-    contenders = {
-        "pytorch": [
-            sys.executable,
-            "-c",
-            BASELINE,
-            str(ns.weights),
-            str(image),
-            str(work / "ref.png"),
-            str(ns.threads),
-            str(ROOT / "scripts"),
-        ],
-        "da3-edge": [
-            str(ns.runtime_python),
-            "-m",
-            "edge",
-            "snap",
-            str(image),
-            "-o",
-            str(work / "edge"),
-            "--models",
-            str(ns.models),
-            "--threads",
-            str(ns.threads),
-        ],
-        "da3-edge-executorch": [
-            str(ns.runtime_python),
-            "-m",
-            "edge",
-            "snap",
-            str(image),
-            "-o",
-            str(work / "et"),
-            "--models",
-            str(ns.models),
-            "--threads",
-            str(ns.threads),
-            "--stages",
-            "executorch",
-        ],
+    # da3-edge's weight cache in this run's own directory: built once per precision
+    # below, before the rounds, so every round's still finds it warm.
+    edge_env = {**threads_env, "DA3_EDGE_WEIGHT_CACHE": str(work / "xnnpack")}
+
+    def snap(out: str, *extra: str) -> list[str]:
+        return [
+            str(ns.runtime_python), "-m", "edge", "snap", str(image), "-o", str(work / out),
+            "--models", str(ns.models), "--threads", str(ns.threads), *extra,
+        ]  # fmt: skip
+
+    pytorch = [
+        sys.executable, "-c", BASELINE, str(ns.weights), str(image), str(work / "ref.png"),
+        str(ns.threads), str(ROOT / "scripts"),
+    ]  # fmt: skip
+    # name -> (argv, environment, traced)
+    contenders: dict[str, tuple[list[str], dict[str, str], bool]] = {
+        "pytorch": (pytorch, threads_env, False),
+        "da3-edge": (snap("edge"), edge_env, True),
+        "da3-edge-executorch": (snap("et", "--stages", "executorch"), edge_env, True),
+        "da3-edge-cache-off": (snap("off", "--weight-cache", "off"), edge_env, True),
+        "da3-edge-int8": (snap("int8", "--precision", "int8"), edge_env, True),
     }
-    results: dict[str, list[dict[str, float]]] = {k: [] for k in contenders}
+    if ns.before:
+        before_env = {**edge_env, "PYTHONPATH": str(ns.before.resolve())}
+        contenders["da3-edge-before"] = (snap("before"), before_env, True)
+    for precision, gguf in peer_ggufs.items():
+        argv = [str(ns.peer), "depth", "--model", str(gguf), "--input", str(image),
+                "--pfm", str(work / f"peer-{precision}.pfm"),
+                "--png", str(work / f"peer-{precision}.png"), "--threads", str(ns.threads)]  # fmt: skip
+        contenders[f"depth-anything.cpp-{precision}"] = (argv, threads_env, False)
+
+    first_build = {}
+    for precision in ("fp16", "int8"):
+        print(f"weight cache: first still, {precision}", file=sys.stderr, flush=True)
+        argv = snap(f"first-{precision}", "--precision", precision)
+        first_build[precision] = _with_env(argv, edge_env, trace=True, cwd=work)
+    results: dict[str, list[dict[str, Any]]] = {k: [] for k in contenders}
+    peer_firsts: dict[str, list[dict[str, float]]] = {k: [] for k in peer_ggufs}
     for r in range(ns.rounds):
-        for name, argv in contenders.items():
+        for name, (argv, env, traced) in contenders.items():
             print(f"round {r + 1}/{ns.rounds}: {name}", file=sys.stderr, flush=True)
-            results[name].append(_with_env(argv, threads_env))
+            results[name].append(_with_env(argv, env, trace=traced, cwd=work))
+        for precision, gguf in peer_ggufs.items():
+            peer_firsts[precision].append(peer_first_depth(ns.peer, gguf, image, ns.threads))
     # The baseline's own forward timing (best of 3, after its first run).
     proc = subprocess.run(
-        [*contenders["pytorch"], "forward"],
+        [*pytorch, "forward"],
         capture_output=True,
         text=True,
         env={**os.environ, **threads_env},
@@ -477,6 +585,41 @@ def main() -> int:
         "still_peak_rss_mib": {k: med(k, "peak_rss_mib") for k in results},
         "raw": results,
     }
+    for span in ("load_ms", "to_depth_ms"):
+        got = {k: [r[span] for r in v if r.get(span) is not None] for k, v in results.items()}
+        summary[span] = {k: statistics.median(v) for k, v in got.items() if v}
+    summary["weight_cache_first"] = first_build
+    summary["peer"] = {"measured": False, "reason": "no --peer given"}
+    if ns.peer:
+        summary["peer"] = {
+            "measured": True,
+            "cli": str(ns.peer),
+            "source": peer_source(ns.peer),
+            "ggufs": {
+                k: {"file": str(v), "bytes": v.stat().st_size} for k, v in peer_ggufs.items()
+            },
+            **{
+                span: {k: statistics.median(r[span] for r in v) for k, v in peer_firsts.items()}
+                for span in ("load_ms", "to_depth_ms")
+            },
+            "first_depth_raw": peer_firsts,
+            # The same weights on both sides, shown: the last round's outputs.
+            "log_depth_pearson": {
+                k: peer_agreement(work / f"peer-{k}.pfm", work / "edge" / f"{image.stem}.npz")
+                for k in peer_ggufs
+            },
+        }
+    if ns.before:
+        pairs = [
+            new["seconds"] / old["seconds"]
+            for new, old in zip(results["da3-edge"], results["da3-edge-before"], strict=True)
+        ]
+        summary["before"] = {
+            "dir": str(ns.before),
+            "revision": git_revision(ns.before),
+            "ratios": pairs,
+            "median_ratio": statistics.median(pairs),
+        }
     summary["still_ratio"] = {
         k: summary["still_s"][k] / summary["still_s"]["pytorch"] for k in results
     }
@@ -528,6 +671,35 @@ def render(s: dict) -> str:  # type: ignore[type-arg]
         lines.append(
             f"one still, fresh process, {k}: {s['still_s'][k]:.2f} s ({s['still_ratio'][k]:.2f}x), "
             f"peak RSS {s['still_peak_rss_mib'][k]:.0f} MiB ({s['rss_ratio'][k]:.2f}x)"
+        )
+    for k, v in s.get("load_ms", {}).items():
+        to_depth = s.get("to_depth_ms", {}).get(k)
+        lines.append(
+            f"model load (open -> ready), {k}: {v:.0f} ms"
+            + (f"; to the first depth map {to_depth:.0f} ms" if to_depth else "")
+        )
+    for k, v in (s.get("weight_cache_first") or {}).items():
+        lines.append(
+            f"first still with an empty weight cache, {k}: {v['seconds']:.2f} s, load "
+            f"{v['load_ms']:.0f} ms (the cache built in a child process first)"
+        )
+    peer = s.get("peer") or {}
+    if not peer.get("measured"):
+        lines.append(f"depth-anything.cpp: not measured ({peer.get('reason', 'no --peer given')})")
+    else:
+        for k, v in peer["load_ms"].items():
+            r = peer["log_depth_pearson"][k]
+            lines.append(
+                f"depth-anything.cpp {k}: model load {v:.0f} ms (its own report), to the "
+                f"first depth map {peer['to_depth_ms'][k]:.0f} ms; "
+                f"log-depth Pearson against da3-edge's fp16 {r:.6f} (1 - r = {1 - r:.1e})"
+            )
+    before = s.get("before")
+    if before:
+        lines.append(
+            f"still, this revision / {before['revision']}: median {before['median_ratio']:.3f} "
+            f"over {len(before['ratios'])} paired rounds "
+            f"({min(before['ratios']):.3f}-{max(before['ratios']):.3f})"
         )
     for d in [s.get("daemon"), *s.get("daemon_workers", {}).values()]:
         if not d:

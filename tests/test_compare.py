@@ -36,6 +36,8 @@ def test_compare_pytorch_short(
             "1,2",
             "--serve-rounds",
             "1",
+            "--before",  # this checkout against itself: the pairing, not a speed-up
+            str(ROOT),
             "--json",
             str(out),
         ],
@@ -49,10 +51,29 @@ def test_compare_pytorch_short(
     assert data["core_shape"] == [378, 504]
     assert data["pytorch_forward_s"] > 0
     assert set(data["core_s"]) == {"fp32", "fp16", "int8"}
-    assert set(data["still_s"]) == {"pytorch", "da3-edge", "da3-edge-executorch"}
+    edge = {"da3-edge", "da3-edge-executorch", "da3-edge-cache-off", "da3-edge-int8"}
+    assert set(data["still_s"]) == {"pytorch", "da3-edge-before", *edge}
     for name in data["still_s"]:
         assert data["still_peak_rss_mib"][name] > 50
     assert data["still_ratio"]["pytorch"] == 1.0
+    # Every da3-edge still is traced: its model load is reported (and the weight cache's
+    # first build apart from the rounds, where it is warm).
+    assert set(data["load_ms"]) == {"da3-edge-before", *edge}
+    assert all(v > 0 for v in data["load_ms"].values())
+    # ... and its time to the first depth map (decoding, that load, preprocessing, the run)
+    assert set(data["to_depth_ms"]) == set(data["load_ms"])
+    for name, to_depth in data["to_depth_ms"].items():
+        assert data["load_ms"][name] < to_depth < data["still_s"][name] * 1000
+    for precision in ("fp16", "int8"):
+        first = data["weight_cache_first"][precision]
+        assert first["load_ms"] > data["load_ms"]["da3-edge"] and first["seconds"] > 0
+    assert data["peer"] == {"measured": False, "reason": "no --peer given"}
+    assert "depth-anything.cpp: not measured (no --peer given)" in proc.stdout
+    before = data["before"]
+    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    assert before["revision"] == (git or None) and len(before["ratios"]) == 1
+    assert before["median_ratio"] > 0
     # Both stage backends, 1 thread and all threads, from the runtime env (no torch there).
     assert set(data["stages"]) == {"1", "2"}
     for st in data["stages"].values():
@@ -90,3 +111,27 @@ def test_compare_pytorch_short(
     assert two["frames"] == 4 and len(two["rounds"]) == 2
     # each round's two daemon runs are measured against the same core timing
     assert [r["core_s"] for r in two["rounds"]] == [r["core_s"] for r in daemon["rounds"]]
+
+
+def test_read_pfm_is_top_down(tmp_path: Path) -> None:
+    """The peer's depth maps are PFM (greyscale ``Pf``, rows stored bottom-up, a negative
+    scale for little-endian): read_pfm must give them top-down, or the agreement check
+    would compare a map with its mirror image."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(
+        "compare", ROOT / "scripts" / "compare_pytorch.py"
+    )
+    assert spec and spec.loader
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    image = np.arange(12, dtype=np.float32).reshape(3, 4)  # row 0 is the top
+    for scale, dtype in ((-1.0, "<f4"), (1.0, ">f4")):
+        path = tmp_path / "depth.pfm"
+        path.write_bytes(b"Pf\n4 3\n%g\n" % scale + image[::-1].astype(dtype).tobytes())
+        np.testing.assert_array_equal(compare.read_pfm(path), image)
+    path.write_bytes(b"PF\n4 3\n-1\n" + np.zeros(36, "<f4").tobytes())  # colour: refused
+    with pytest.raises(SystemExit, match="not a greyscale PFM"):
+        compare.read_pfm(path)
