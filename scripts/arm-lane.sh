@@ -23,6 +23,10 @@
 #            scripts/arm/compare.py checks and records it all (report.json).
 #   installer  scripts/arm/installer-check.sh: scripts/install-pi.sh, twice, in a fresh
 #            copy of the root filesystem.
+#   rss      (not run by default: ~25 min) where a still's memory goes on cortex-a76:
+#            scripts/startup-breakdown.py on the full-size models, fp16 with XNNPACK's
+#            fp16 arithmetic and without, int8; RSS only (it includes qemu's own, measured
+#            beside it), written to docs/bench/startup-a76.json. Needs `prepare` first.
 #
 # qemu 7.2 (bookworm) shows the host's /proc/cpuinfo to the guest, which would make
 # LiteRT's cpuinfo and our fp16 policy see an x86 CPU: each run binds a Raspberry Pi
@@ -202,6 +206,25 @@ run_installer() {
     scripts/arm/installer-check.sh "$ROOTFS_TAR" "$(cat "$LANE/models-path")"
 }
 
+run_rss() {
+    local models
+    models=$(uv run --frozen --no-sync python -c \
+        'from tests.conftest import build_random_weights, cache_dir, run_export
+w = build_random_weights(); out = cache_dir() / "full"
+print(run_export(out, ["export", "--weights", str(w), "--out", str(out)]))')
+    # qemu's own memory, to read the figures against: a Python that imports numpy and
+    # Pillow, natively and emulated.
+    local probe='import resource, numpy, PIL.Image; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)'
+    local native emulated
+    native=$(uv run --frozen --no-sync python -c "$probe")
+    emulated=$(a76 -- python3 -c "$probe")
+    echo "baseline peak RSS (python + numpy + Pillow): x86_64 $((native / 1024)) MiB, cortex-a76 under qemu $((emulated / 1024)) MiB"
+    # Run from the checkout (the child snaps import this edge/, not the root's copy).
+    a76 -- /bin/sh -c "cd '$REPO' && exec python3 scripts/startup-breakdown.py --models '$models' \
+        --precision fp16,int8 --rounds 1 --fp16-arithmetic --json docs/bench/startup-a76.json \
+        --baseline-kib $native,$emulated"
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(prepare tests snap installer)
 for step in "${steps[@]}"; do
@@ -210,6 +233,7 @@ for step in "${steps[@]}"; do
         tests) timed "runtime tests on cortex-a76" run_tests ;;
         snap) timed "snap: x86_64 vs cortex-a76, fp16 proof, doctor" run_snap ;;
         installer) timed "install-pi.sh in the arm64 root" run_installer ;;
-        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, installer)" >&2; exit 2 ;;
+        rss) timed "where a still's memory goes on cortex-a76" run_rss ;;
+        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, installer, rss)" >&2; exit 2 ;;
     esac
 done
