@@ -201,7 +201,8 @@ _SPANS = {"load_ms": ("core: open", "core: ready"), "to_depth_ms": ("pipeline lo
 
 
 def _trace_spans(lines: str) -> dict[str, float | None]:
-    """``_SPANS`` in an ``edge.trace`` file, ms from each first mark to the next's first."""
+    """Each of ``_SPANS`` in an ``edge.trace`` file: ms from its first mark's first
+    occurrence to its second's (None if either is missing)."""
     seen: dict[str, float] = {}
     for line in lines.splitlines():
         record = json.loads(line)

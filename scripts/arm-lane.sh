@@ -209,9 +209,7 @@ run_installer() {
 run_rss() {
     local models
     models=$(uv run --frozen --no-sync python -c \
-        'from tests.conftest import build_random_weights, cache_dir, run_export
-w = build_random_weights(); out = cache_dir() / "full"
-print(run_export(out, ["export", "--weights", str(w), "--out", str(out)]))')
+        'from tests.conftest import build_full_models; print(build_full_models())')
     # qemu's own memory, to read the figures against: a Python that imports numpy and
     # Pillow, natively and emulated.
     local probe='import resource, numpy, PIL.Image; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)'

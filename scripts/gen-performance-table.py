@@ -28,6 +28,16 @@ PEER_END = "<!-- END peer table -->"
 TARGETS = {"core fp32": 0.60, "core int8": 0.35, "still": 0.35, "rss": 0.5}
 
 
+def _head(data: dict) -> str:  # type: ignore[type-arg]
+    """The line above a table: machine, threads, rounds, revision, image."""
+    cpu = data["machine"]["cpu"]
+    return (
+        f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), {data['threads']} threads, "
+        f"{data['rounds']} alternating rounds (medians), git {data['machine']['git_revision']}, "
+        f"image: {data['image']}."
+    )
+
+
 def render(data: dict) -> str:  # type: ignore[type-arg]
     fwd = data["pytorch_forward_s"] * 1000
     rows = [
@@ -109,12 +119,7 @@ def render(data: dict) -> str:  # type: ignore[type-arg]
         ]
         for precision, rate in data["core_flops_per_s"].items():
             flops_lines.append(f"| {precision} | {rate / 1e9:.0f} | {rate / peak:.0%} |")
-    cpu = data["machine"]["cpu"]
-    head = (
-        f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), {data['threads']} threads, "
-        f"{data['rounds']} alternating rounds (medians), git {data['machine']['git_revision']}, "
-        f"image: {data['image']}."
-    )
+    head = _head(data)
     return "\n".join([BEGIN, head, "", *rows, *flops_lines, END])
 
 
@@ -123,12 +128,7 @@ def render_peer(data: dict) -> str:  # type: ignore[type-arg]
     peer = data.get("peer") or {"measured": False, "reason": "no peer in this run"}
     still, rss, load = data["still_s"], data["still_peak_rss_mib"], data.get("load_ms", {})
     first = data.get("weight_cache_first", {})
-    cpu = data["machine"]["cpu"]
-    head = (
-        f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), {data['threads']} threads, "
-        f"{data['rounds']} alternating rounds (medians), git {data['machine']['git_revision']}, "
-        f"image: {data['image']}."
-    )
+    head = _head(data)
     if peer["measured"]:
         head += f" Peer: {peer.get('source') or peer['cli']}."
     rows = [

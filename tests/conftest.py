@@ -211,11 +211,17 @@ def small_models() -> Path:
     return build_small_models()
 
 
+def build_full_models() -> Path:
+    """The default export: four shapes x fp32/fp16/int8, from the same weights.
+    (Also called by scripts/arm-lane.sh rss.)"""
+    weights = build_random_weights()
+    out = cache_dir() / "full"
+    return run_export(out, ["export", "--weights", str(weights), "--out", str(out)])
+
+
 @pytest.fixture(scope="session")
 def full_models(random_weights: Path) -> Path:
-    """The default export: four shapes x fp32/fp16/int8, from the same weights."""
-    out = cache_dir() / "full"
-    return run_export(out, ["export", "--weights", str(random_weights), "--out", str(out)])
+    return build_full_models()
 
 
 def photo_path(name: str) -> Path:
