@@ -176,6 +176,53 @@ def fp16_arithmetic(
     return (features or cpu_features()).fp16
 
 
+def is_arm(features: CpuFeatures) -> bool:
+    return features.machine in ("aarch64", "arm64")
+
+
+def kernel_families(features: CpuFeatures | None = None) -> list[str]:
+    """The matrix-product kernel families LiteRT's XNNPACK can pick on this CPU, each
+    with the precision that reaches it. On the Cortex-A76 the aarch64 lane counts which
+    ran (scripts/arm/kernels.py; docs/arm.md, "Which kernels run"): fp32 in XNNPACK's
+    NEON GEMMs, fp16 with the fp16 policy in its fp16-arithmetic GEMMs, int8's linear
+    layers in KleidiAI's dotprod matmul (dynamically quantised activations x per-channel
+    int8 weights). On qemu's `max` CPU the lane shows the rest: with i8mm (Apple M2/M3)
+    int8 moves to KleidiAI's i8mm matmul; with SME (M4) int8 and fp32 both run
+    KleidiAI's SME kernels. Empty off Arm: KleidiAI is Arm's alone."""
+    f = features or cpu_features()
+    if not is_arm(f):
+        return []
+    families = ["XNNPACK NEON fp32 GEMMs (fp32; fp16 without fp16 arithmetic)"]
+    if f.fp16:
+        families.append("XNNPACK fp16-arithmetic GEMMs (fp16 models, FORCE_FP16)")
+    if f.dotprod:
+        families.append("KleidiAI int8 matmul, dotprod (int8 models: qai8dxp x qsi8cxp)")
+    if f.i8mm:
+        families.append("KleidiAI int8 matmul, i8mm (int8 models)")
+    if f.sme:
+        families.append("KleidiAI SME matmuls (fp32 and int8 models)")
+    return families
+
+
+def recommended_precision(features: CpuFeatures | None = None) -> tuple[str, str]:
+    """(precision, why) for this CPU, from what docs/arm.md's kernel table shows on the
+    Cortex-A76: fp16 with fp16 arithmetic runs 0.52x fp32's instructions (Pearson
+    >= 0.9999 against it); int8 reaches KleidiAI, but its attention products stay fp32,
+    so it saves only 8% more, at int8's accuracy (Pearson ~0.99): named, not chosen."""
+    f = features or cpu_features()
+    if is_arm(f) and f.fp16:
+        why = "fp16 arithmetic: about half fp32's work at fp32's accuracy"
+        if f.dotprod or f.i8mm:
+            why += (
+                "; int8 runs KleidiAI's kernels here but keeps attention in fp32: "
+                "little less work, at int8's accuracy"
+            )
+        return "fp16", why
+    if is_arm(f) and (f.dotprod or f.i8mm):
+        return "int8", "no fp16 arithmetic, but KleidiAI's int8 kernels run here"
+    return "fp16", "half fp32's file and memory; it computes in fp32 on this CPU"
+
+
 def default_threads(features: CpuFeatures | None = None) -> int:
     """All cores, at most 4 (a Pi 5 has 4; more is untested on big machines)."""
     cores = (features or cpu_features()).cores

@@ -5,7 +5,7 @@
 # nothing, so none are reported.
 #
 #   scripts/arm-lane.sh            # everything (CI runs this after scripts/check)
-#   scripts/arm-lane.sh tests      # one step: prepare, tests, snap, installer
+#   scripts/arm-lane.sh tests      # one step: prepare, tests, snap, kernels, installer
 #
 # Steps:
 #   prepare  qemu-user-static + binfmt_misc (F flag), a bookworm arm64 root filesystem
@@ -21,6 +21,11 @@
 #            cortex-a72 (Pi 4): fp16 policy off, and LiteRT's SIGILL there (no LSE
 #            atomics) turned into a one-line error; `doctor` on both;
 #            scripts/arm/compare.py checks and records it all (report.json).
+#   kernels  which micro-kernels one forward runs on cortex-a76, per precision (fp32,
+#            fp16 with fp16 arithmetic and without, int8) and for the ExecuTorch stages:
+#            scripts/arm/kcount.c (a qemu TCG plugin) counts the blocks that ran,
+#            scripts/arm/kernels.py names them and checks that int8 reaches KleidiAI;
+#            int8 again on qemu's `max` CPU, with i8mm and with SME (Apple M-series).
 #   installer  scripts/arm/installer-check.sh: scripts/install-pi.sh, twice, in a fresh
 #            copy of the root filesystem.
 #   rss      (not run by default: ~25 min) where a still's memory goes on cortex-a76:
@@ -77,6 +82,11 @@ enter() {
         mount --rbind /sys "$root/sys"   # cpuinfo (in LiteRT) reads /sys/devices/system/cpu
         mount --bind /dev "$root/dev"
         mount -t tmpfs tmpfs "$root/tmp"
+        if [ -n "${LANE_HOST_LIBS:-}" ]; then   # a host (x86_64) program run in the root
+            mkdir -p "$root/usr/lib/x86_64-linux-gnu" "$root/lib64"
+            mount --bind /usr/lib/x86_64-linux-gnu "$root/usr/lib/x86_64-linux-gnu"
+            mount --bind /lib64 "$root/lib64"
+        fi
         mkdir -p "$root$repo"
         mount --bind "$repo" "$root$repo"   # same path inside: the test model cache matches
         exec chroot "$root" /usr/bin/env -i QEMU_CPU="$cpu" HOME=/root LANG=C.UTF-8 \
@@ -206,6 +216,37 @@ run_installer() {
     scripts/arm/installer-check.sh "$ROOTFS_TAR" "$(cat "$LANE/models-path")"
 }
 
+# Which micro-kernels a forward runs on the A76, per precision, and the ExecuTorch
+# stages': Bookworm's dynamic qemu-aarch64 (it loads TCG plugins; the static one the
+# lane otherwise uses cannot) with scripts/arm/kcount.c counting every block that ran.
+# Then int8 alone on qemu's `max` CPU with SME off (i8mm, as an Apple M2/M3) and on
+# (SME, as an M4): KleidiAI's families for those (scripts/arm/kernels.py WANTED).
+# KERNELS_MODELS picks the models (default the small test ones), KERNELS_OUT the output,
+# KERNELS_CONFIGS the A76's runs: by default those the check needs (fp32 and fp16 with
+# the fp16 policy off run the same kernels, and fp32 costs the lane most); docs/arm.md's
+# table is all of them on the full-size models (see there).
+run_kernels() {
+    local models=${KERNELS_MODELS:-$(cat "$LANE/models-path")} out=${KERNELS_OUT:-$OUT/kernels}
+    local configs=${KERNELS_CONFIGS:-fp16,int8,stages}
+    scripts/install-host-packages.sh qemu-user gcc
+    rm -rf "$out"
+    mkdir -p "$out"
+    gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$out/kcount.so" scripts/arm/kcount.c
+    cp --remove-destination /usr/bin/qemu-aarch64 "$ROOT/usr/local/bin/qemu-aarch64-plugins"
+    local run
+    for run in "a76 cortex-a76 $configs" "i8mm max,sme=off int8" "sme max int8"; do
+        set -- $run
+        mkdir -p "$out/$1"
+        LANE_HOST_LIBS=1 a76 -- /usr/local/bin/qemu-aarch64-plugins -cpu "$2" \
+            -plugin "$out/kcount.so,out=$out/$1/counts.txt" \
+            /usr/bin/python3 "$REPO/scripts/arm/kernels.py" run "$models" "$out/$1" \
+            --configs "$3"
+        uv run --frozen --no-sync python scripts/arm/kernels.py report "$out/$1" --root "$ROOT"
+        uv run --frozen --no-sync python scripts/arm/kernels.py check "$out/$1/report.json" \
+            --cpu "$1"
+    done
+}
+
 run_rss() {
     local models
     models=$(uv run --frozen --no-sync python -c \
@@ -224,14 +265,15 @@ run_rss() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(prepare tests snap installer)
+[ ${#steps[@]} -gt 0 ] || steps=(prepare tests snap kernels installer)
 for step in "${steps[@]}"; do
     case $step in
         prepare) timed prepare prepare ;;
         tests) timed "runtime tests on cortex-a76" run_tests ;;
         snap) timed "snap: x86_64 vs cortex-a76, fp16 proof, doctor" run_snap ;;
         installer) timed "install-pi.sh in the arm64 root" run_installer ;;
+        kernels) timed "which micro-kernels run: cortex-a76, qemu max (i8mm, SME)" run_kernels ;;
         rss) timed "where a still's memory goes on cortex-a76" run_rss ;;
-        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, installer, rss)" >&2; exit 2 ;;
+        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, kernels, installer, rss)" >&2; exit 2 ;;
     esac
 done

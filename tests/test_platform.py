@@ -87,6 +87,29 @@ def test_litert_needs_lse_on_arm() -> None:
     assert reason is not None and "Cortex-A72" in reason and "LSE" in reason
 
 
+def test_kernel_families_follow_the_cpu_features() -> None:
+    """The Pi 5 gets fp16 GEMMs and KleidiAI's dotprod int8 matmul, not i8mm or SME;
+    the Pi 4 only fp32; x86 none (KleidiAI is Arm's); an M-series-like CPU all four."""
+    pi5 = platform.parse_cpuinfo(PI5, "aarch64")
+    pi4 = platform.parse_cpuinfo(PI4, "aarch64")
+    x86 = platform.parse_cpuinfo(X86, "x86_64")
+    families = platform.kernel_families(pi5)
+    assert any("fp16-arithmetic" in f for f in families)
+    assert any("KleidiAI int8 matmul, dotprod" in f for f in families)
+    assert not any("i8mm" in f or "SME" in f for f in families)
+    assert platform.kernel_families(pi4) == [
+        "XNNPACK NEON fp32 GEMMs (fp32; fp16 without fp16 arithmetic)"
+    ]
+    assert platform.kernel_families(x86) == []
+    m4 = platform.CpuFeatures("arm64", "Apple M4", True, True, True, True, 10, True)
+    assert len(platform.kernel_families(m4)) == 5
+    assert platform.recommended_precision(pi5)[0] == "fp16"
+    assert "KleidiAI" in platform.recommended_precision(pi5)[1]
+    assert "KleidiAI" not in platform.recommended_precision(pi4)[1]
+    no_fp16 = platform.CpuFeatures("aarch64", "dotprod only", False, True, False, False, 4, True)
+    assert platform.recommended_precision(no_fp16)[0] == "int8"
+
+
 def test_this_machine_is_detected() -> None:
     f = platform.cpu_features()
     assert f.cores >= 1 and f.machine

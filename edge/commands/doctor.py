@@ -1,7 +1,8 @@
 """``da3-edge doctor``: is this machine ready to run da3-edge, and if not, why.
 
 Checks, each OK / WARN / FAIL with one line of detail: platform and CPU features,
-the fp16 policy, LiteRT (imports, and a model loads with XNNPACK), ExecuTorch's runner
+the fp16 policy, the kernel families the CPU can use and the precision recommended
+there, LiteRT (imports, and a model loads with XNNPACK), ExecuTorch's runner
 (optional: installed for this da3-edge, and it loads),
 the model directory (manifest, sizes, hashes), cameras (picamera2 importable,
 /dev/video* and /dev/media* present and openable), the store and state directories
@@ -23,9 +24,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge.commands import options
 from edge.errors import first_line
+
+if TYPE_CHECKING:
+    from edge.platform import CpuFeatures
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -75,7 +80,22 @@ def check_platform() -> list[Check]:
             if policy
             else f"fp16 arithmetic off ({why}): fp16 models compute in fp32",
         ),
+        check_kernels(f),
     ]
+
+
+def check_kernels(f: CpuFeatures) -> Check:
+    """The kernel families this CPU can use and the precision recommended here."""
+    from edge import platform
+
+    families = platform.kernel_families(f)
+    precision, why = platform.recommended_precision(f)
+    where = (
+        "; ".join(families)
+        if families
+        else "not an Arm CPU: XNNPACK's own kernels for it (KleidiAI is Arm's)"
+    )
+    return Check("kernels", OK, f"{where}. Recommended precision: {precision} ({why})")
 
 
 def check_litert() -> Check:

@@ -18,8 +18,8 @@ a table, writes OUT/report.json and exits 1 if any check fails:
   within Pearson >= 0.999 of the x86_64 fp32 reference;
 - on the A72 (Pi 4: no FP16 arithmetic, no LSE atomics) LiteRT itself dies with
   SIGILL, and `da3-edge snap` says why in one line and exits 1 instead;
-- `doctor` reports the A76 as Cortex-A76 with fp16 on and LiteRT usable, the A72 as
-  Cortex-A72 with fp16 off and LiteRT blocked.
+- `doctor` reports the A76 as Cortex-A76 with fp16 on, KleidiAI's dotprod kernels and
+  LiteRT usable, the A72 as Cortex-A72 with fp16 off, no KleidiAI and LiteRT blocked.
 
 Depth is compared as written in photo.npz (float32, at the photo's size).
 """
@@ -158,9 +158,18 @@ def check(out: Path) -> int:
     for cpu, model, fp16, usable in cpus:
         doctor = json.loads((out / f"doctor-{cpu}.json").read_text())
         checks = {c["name"]: c for c in doctor["checks"]}
-        detail = " | ".join(checks[k]["detail"] for k in ("cpu", "fp16 policy", "litert"))
+        detail = " | ".join(
+            checks[k]["detail"] for k in ("cpu", "fp16 policy", "kernels", "litert")
+        )
+        kernels = checks["kernels"]["detail"]
         ok = (
             model in checks["cpu"]["detail"]
+            # The A76 has dotprod, neither i8mm nor SME (docs/arm.md's kernel table);
+            # the A72 none of KleidiAI's features.
+            and ("KleidiAI int8 matmul, dotprod" in kernels) == usable
+            and "i8mm" not in kernels
+            and "SME" not in kernels
+            and "Recommended precision: fp16" in kernels
             and "aarch64" in checks["cpu"]["detail"]
             and checks["fp16 policy"]["detail"].startswith(f"fp16 arithmetic {fp16}")
             and (checks["litert"]["status"] == "ok") == usable

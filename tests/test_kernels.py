@@ -1,0 +1,123 @@
+"""The aarch64 lane's kernel counter, end to end on a program whose calls are known.
+
+scripts/arm/kcount.c (a qemu TCG plugin) counts the blocks an aarch64 program runs
+between two markers; scripts/arm/kernels.py names them from the guest's maps and the
+ELF symbols. Here a small aarch64 program calls ``work`` once before the markers and
+exactly five times between them, under Debian's dynamic qemu-aarch64 with the plugin:
+the report must say 5 calls and the loop's instructions, and nothing from before.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from .conftest import ROOT
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <unistd.h>
+volatile int g;
+__attribute__((noinline)) int work(int n) { int s = g; for (int i = 0; i < n; i++) s += i * i; return s; }
+__attribute__((noinline)) int before(int n) { return work(n) + 1; }
+int main(int argc, char **argv) {
+    int r = before(10);
+    lseek(-1, 0, 0x6b63);            /* reset */
+    for (int k = 0; k < 5; k++) r += work(1000);
+    lseek(-1, 1, 0x6b63);            /* segment 1 */
+    FILE *in = fopen("/proc/self/maps", "r"), *out = fopen(argv[1], "w");
+    int c;
+    while ((c = fgetc(in)) != EOF) fputc(c, out);
+    fclose(out);
+    return r == 0;
+}
+"""
+
+
+def kernels() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kernels", ROOT / "scripts/arm/kernels.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kernels"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plugin_counts_calls_between_the_markers(tmp_path: Path) -> None:
+    for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc", "gcc"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
+    plugin = tmp_path / "kcount.so"
+    subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(plugin),
+         str(ROOT / "scripts/arm/kcount.c")],
+        check=True,
+    )  # fmt: skip
+    (tmp_path / "t.c").write_text(PROGRAM)
+    program = tmp_path / "t"
+    subprocess.run(
+        ["aarch64-linux-gnu-gcc", "-O1", "-static", "-o", str(program), str(tmp_path / "t.c")],
+        check=True,
+    )
+    counts = tmp_path / "counts.txt"
+    subprocess.run(
+        ["qemu-aarch64", "-cpu", "cortex-a76", "-plugin", f"{plugin},out={counts}",
+         str(program), str(tmp_path / "maps.txt")],
+        check=True, timeout=60,
+    )  # fmt: skip
+    (tmp_path / "segments.json").write_text('{"1": {"config": "work"}}')
+    k = kernels()
+    data = k.report(tmp_path, Path("/"), also=r"^(work|before)$")
+    functions = data["work"]["kernels"]
+    print({name: (f["calls"], f["instructions"]) for name, f in functions.items()})
+    assert functions["work"]["calls"] == 5
+    # The loop body is a few instructions a turn, 5 x 1000 turns.
+    assert 5 * 1000 * 3 <= functions["work"]["instructions"] <= 5 * 1000 * 10
+    assert "before" not in functions  # it ran before the reset
+    assert data["work"]["by_library"]["t"] >= functions["work"]["instructions"]
+
+
+def test_check_wants_kleidiai_for_int8_and_each_precisions_gemms() -> None:
+    k = kernels()
+
+    def seg(*names: str, **facts: object) -> dict[str, object]:
+        return {
+            "instructions": 100,
+            "kernels": {n: {"kind": k.kind_of(n), "calls": 1, "instructions": 10} for n in names},
+            **facts,
+        }
+
+    good = {
+        "int8": seg("kai_run_matmul_clamp_f32_qai8dxp4x4_qsi8cxp4x4_16x4_neon_dotprod"),
+        "fp16": seg("xnn_f16_gemm_minmax_ukernel_6x16__asm", fp16_arithmetic=True),
+        "fp32": seg("xnn_f32_igemm_minmax_ukernel_6x8__asm"),
+    }
+    assert k.check(good) == 0
+    assert k.check({**good, "int8": seg("xnn_qd8_f32_qc8w_gemm_minmax_ukernel_4x16c4")}) == 1
+    assert k.check({**good, "fp16": seg("xnn_f32_gemm_minmax_ukernel_6x8")}) == 1
+    assert k.check({**good, "fp16": {**good["fp16"], "fp16_arithmetic": False}}) == 1
+    assert k.check({"fp32": good["fp32"]}) == 1  # no int8 run: nothing was shown
+    assert k.family("xnn_f32_gemm_minmax_ukernel_6x8__asm_aarch64_neonfma") == (
+        "xnn_f32_gemm_minmax__asm_aarch64_neonfma"
+    )
+
+
+def test_docs_table_is_the_committed_measurement() -> None:
+    """docs/arm.md's kernel table is kernels.py's rendering of docs/bench/kernels-a76.json
+    (the full-size run), and that run shows int8 on KleidiAI."""
+    k = kernels()
+    data = json.loads((ROOT / "docs/bench/kernels-a76.json").read_text())
+    text = (ROOT / "docs/arm.md").read_text()
+    start = "<!-- kernels table: scripts/arm/kernels.py table docs/bench/kernels-a76.json -->\n"
+    table = text.split(start, 1)[1].split("\n<!-- end kernels table -->", 1)[0]
+    assert table == k.table(data), "regenerate: python scripts/arm/kernels.py table ..."
+    assert k.check(data) == 0
+    assert data["fp16"]["fp16_arithmetic"] and not data["fp16-off"]["fp16_arithmetic"]
+    assert data["int8"]["shape"] == [280, 504]
