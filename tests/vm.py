@@ -1,0 +1,162 @@
+"""A real Linux in a virtual machine, for what this machine's kernel cannot run.
+
+Debian trixie's kernel (6.12: dma-buf heaps, udmabuf), systemd and libcamera 0.4 with
+its virtual camera, from Debian's packages with mmdebstrap, in an ext4 image kept per
+machine beside the container's root (a week, like it; ~80 s to build). Each ``run``
+boots it from that image with a throw-away overlay (``-snapshot``): the host's job
+(a shell script and its files) reaches it over 9p, a unit in the image runs it, writes
+its output and exit status back, and powers off. The VM never outlives ``run``: on a
+timeout qemu is killed and the console's last lines are in the failure.
+
+qemu runs with TCG, not KVM: this machine's ``/dev/kvm`` opens, but its instruction
+emulator stops Debian's kernel early ("KVM internal error ... emulation failure" on a
+VEX ``shlx`` in the kernel's decompressor, and on ``lock cmpxchg16b`` when booted from
+the uncompressed image); under TCG the same image boots, runs a job and powers off in
+~30 s. ``DA3_EDGE_VM_ACCEL=kvm`` tries KVM where it works.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .container import CACHE, MAX_AGE_S
+
+PACKAGES = (
+    "systemd,systemd-sysv,udev,kmod,linux-image-amd64,initramfs-tools,"
+    "python3,python3-libcamera,libcamera-ipa,libcamera-tools"
+)
+IMAGE_BYTES = 3 << 30  # sparse
+# The unit that runs the host's job: /job (9p, tag "job") holds run.sh; its output and
+# exit status go back there, then the machine powers off whatever happened.
+JOB_UNIT = """[Unit]
+Description=Run the host's job from the 9p share, then power off
+After=multi-user.target
+
+[Service]
+Type=oneshot
+ExecStartPre=/bin/mkdir -p /job
+ExecStartPre=/bin/mount -t 9p -o trans=virtio,version=9p2000.L job /job
+ExecStart=/bin/sh -c '/bin/sh /job/run.sh >/job/out.txt 2>&1; echo $? >/job/rc; sync'
+ExecStopPost=/bin/systemctl poweroff --no-block
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    console: str
+    job: Path  # the job directory, with whatever the job wrote there
+
+
+def _key() -> str:
+    return hashlib.sha256((PACKAGES + JOB_UNIT).encode()).hexdigest()[:12]
+
+
+def image() -> Path:
+    """The VM's directory (root.img, vmlinuz, initrd.img), built if missing or stale."""
+    vm = CACHE / f"trixie-amd64-vm-{_key()}"
+    done = vm / "root.img"
+    if done.exists() and time.time() - done.stat().st_mtime > MAX_AGE_S:
+        shutil.rmtree(vm)
+    if done.exists():
+        return vm
+    vm.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=vm) as tmp:
+        tar, root = Path(tmp) / "root.tar", Path(tmp) / "root"
+        log = vm / "mmdebstrap.log"
+        with log.open("w") as f:
+            made = subprocess.run(
+                ["mmdebstrap", "--variant=minbase", f"--include={PACKAGES}", "trixie", str(tar)],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        if made.returncode != 0:
+            raise AssertionError(f"mmdebstrap trixie failed: {log.read_text()[-2000:]}")
+        root.mkdir()
+        subprocess.run(["tar", "-xf", str(tar), "-C", str(root)], check=True)
+        units = root / "etc/systemd/system"
+        (units / "vm-job.service").write_text(JOB_UNIT)
+        wants = units / "multi-user.target.wants"
+        wants.mkdir(exist_ok=True)
+        (wants / "vm-job.service").symlink_to("/etc/systemd/system/vm-job.service")
+        (root / "etc/hostname").write_text("da3-edge-vm\n")
+        (kernel,) = (root / "boot").glob("vmlinuz-*")
+        (initrd,) = (root / "boot").glob("initrd.img-*")
+        shutil.copy(kernel, vm / "vmlinuz")
+        shutil.copy(initrd, vm / "initrd.img")
+        partial = vm / "root.img.partial"
+        with partial.open("wb") as f:
+            f.truncate(IMAGE_BYTES)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(root), str(partial)], check=True)
+        partial.rename(done)
+    return vm
+
+
+def run(
+    script: str,
+    files: dict[str, bytes] | None = None,
+    *,
+    timeout: float = 300,
+    memory_mib: int = 1024,
+    job: Path | None = None,
+) -> Result:
+    """Boot the VM, run ``script`` (sh) in it with ``files`` beside it in /job, power off."""
+    vm = image()
+    job = job or Path(tempfile.mkdtemp(prefix="da3-edge-vm-"))
+    job.mkdir(parents=True, exist_ok=True)
+    (job / "run.sh").write_text(script)
+    for name, data in (files or {}).items():
+        (job / name).parent.mkdir(parents=True, exist_ok=True)
+        (job / name).write_bytes(data)
+    for stale in ("rc", "out.txt"):
+        (job / stale).unlink(missing_ok=True)
+    accel = os.environ.get("DA3_EDGE_VM_ACCEL", "tcg")
+    cmd = [
+        "qemu-system-x86_64",
+        "-accel", "tcg,thread=multi" if accel == "tcg" else accel,
+        "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
+        "-kernel", str(vm / "vmlinuz"), "-initrd", str(vm / "initrd.img"),
+        "-append", "root=/dev/vda rw console=ttyS0 quiet",
+        "-drive", f"file={vm / 'root.img'},if=virtio,format=raw",
+        "-snapshot",  # the image stays as built: every boot is a first one
+        "-virtfs", f"local,path={job},mount_tag=job,security_model=none",
+        "-nographic", "-no-reboot", "-nic", "none",
+    ]  # fmt: skip
+    console = job / "console.txt"
+    with console.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(
+                f"the VM did not power off within {timeout:g} s; console:\n" + _tail(console)
+            ) from None
+    if not (job / "rc").exists():
+        raise AssertionError(
+            f"the VM stopped (qemu exit {proc.returncode}) without finishing the job; "
+            f"console:\n{_tail(console)}"
+        )
+    return Result(
+        int((job / "rc").read_text()),
+        (job / "out.txt").read_text(errors="replace"),
+        console.read_text(errors="replace"),
+        job,
+    )
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
