@@ -118,3 +118,47 @@ def test_replay_plays_a_directory_in_name_order_and_ends_once(tmp_path: Path) ->
             cam.read(1.0)
     with pytest.raises(CameraError, match="does not exist"):
         ReplaySource(tmp_path / "missing").open()
+
+
+def _rgb_to_yuv(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Full-range BT.601 (JPEG's), the inverse of what the picamera2 source applies."""
+    r, g, b = (rgb[..., i].astype(np.float64) for i in range(3))
+    y = 0.299 * r + 0.587 * g + 0.114 * b
+    u = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
+    v = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
+    return tuple(np.clip(np.round(c), 0, 255).astype(np.uint8) for c in (y, u, v))  # type: ignore[return-value]
+
+
+def _smooth_rgb(h: int, w: int) -> np.ndarray:
+    """Colour that is constant over each 2x2 block (so 4:2:0 chroma loses nothing)."""
+    yy, xx = np.mgrid[0 : h // 2, 0 : w // 2]
+    small = np.stack([xx * 255 // (w // 2), yy * 255 // (h // 2), 255 - xx * 255 // (w // 2)], -1)
+    return np.repeat(np.repeat(small, 2, 0), 2, 1).astype(np.uint8)
+
+
+def test_picamera2_formats_convert_to_rgb() -> None:
+    """What libcamera negotiates reaches the pipeline as RGB: packed formats by their
+    memory order, NV12 and YUV420 through BT.601; anything else is named."""
+    from edge.camera.picamera2 import to_rgb_for
+
+    h, w = 6, 8
+    rgb = _smooth_rgb(h, w)
+    bgr_in_memory = rgb[..., ::-1]
+    assert np.array_equal(to_rgb_for("RGB888", (w, h))(bgr_in_memory), rgb)
+    assert np.array_equal(to_rgb_for("BGR888", (w, h))(rgb), rgb)
+    xbgr = np.concatenate([rgb, np.full((h, w, 1), 255, np.uint8)], -1)  # R, G, B, X
+    assert np.array_equal(to_rgb_for("XBGR8888", (w, h))(xbgr), rgb)
+    y, u, v = _rgb_to_yuv(rgb)
+    u2, v2 = u[::2, ::2], v[::2, ::2]
+    uv = np.stack([u2, v2], -1).reshape(h // 2, w)  # interleaved U, V
+    nv12 = np.concatenate([y, uv])
+    back = to_rgb_for("NV12", (w, h))(nv12)
+    assert back.shape == (h, w, 3) and back.dtype == np.uint8
+    assert np.abs(back.astype(int) - rgb).max() <= 2
+    # A stride wider than the image is cut away.
+    padded = np.pad(nv12, ((0, 0), (0, 8)))
+    assert np.array_equal(to_rgb_for("NV12", (w, h))(padded), back)
+    i420 = np.concatenate([y, np.concatenate([u2.ravel(), v2.ravel()]).reshape(h // 2, w)])
+    assert np.array_equal(to_rgb_for("YUV420", (w, h))(i420), back)
+    with pytest.raises(CameraError, match="delivers YUYV, which da3-edge cannot convert"):
+        to_rgb_for("YUYV", (w, h))

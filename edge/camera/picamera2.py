@@ -7,13 +7,21 @@ Fresh frames come from ``capture_request(wait=timeout)``, and every request is
 ``release()``-d, or libcamera runs out of buffers. A bad ribbon cable shows up as
 "Dequeue timer ... expired" and then a timeout here; ``stop()`` can then block, so
 closing happens with a bound and the daemon's watchdog covers the rest.
+
+The source asks for RGB888 but reads back what libcamera negotiated after
+``configure`` (libcamera's virtual camera, for one, gives NV12 whatever is asked) and
+converts the packed RGB formats, NV12 and YUV420 to RGB, or fails in one line naming
+the format.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from edge.camera.base import Frame, SourceBase
 from edge.errors import CameraError, CameraTimeout
@@ -27,6 +35,7 @@ class Picamera2Source(SourceBase):
         self.timeout = timeout
         self._cam: Any = None
         self._seq = 0
+        self._to_rgb: Callable[[np.ndarray], np.ndarray] = lambda a: a
 
     def open(self) -> None:
         try:
@@ -48,7 +57,14 @@ class Picamera2Source(SourceBase):
                 main={"size": (self.width, self.height), "format": "RGB888"}, buffer_count=4
             )
             cam.configure(config)
+            # What libcamera negotiated, which need not be what was asked for (its
+            # virtual camera gives NV12 whatever the request).
+            main = cam.camera_configuration()["main"]
+            self._to_rgb = to_rgb_for(str(main["format"]), tuple(main["size"]))
             cam.start()
+        except CameraError:
+            cam.close()
+            raise
         except Exception as exc:  # libcamera raises RuntimeError/IndexError when absent
             raise CameraError(f"picamera2: cannot start the camera ({exc})") from None
         self._cam = cam
@@ -63,15 +79,14 @@ class Picamera2Source(SourceBase):
         except Exception as exc:
             raise CameraError(f"picamera2: capture failed ({exc})") from None
         try:
-            # RGB888 in libcamera terms is BGR byte order in memory.
-            bgr = request.make_array("main")
+            rgb = self._to_rgb(request.make_array("main"))
             metadata = request.get_metadata()
         finally:
             request.release()
         now = time.time()
         sensor_ns = metadata.get("SensorTimestamp")
         frame = Frame(
-            bgr[:, :, ::-1].copy(),
+            rgb,
             self._seq,
             now,
             time.monotonic(),
@@ -95,3 +110,52 @@ class Picamera2Source(SourceBase):
         closer = threading.Thread(target=stop, name="picamera2-close", daemon=True)
         closer.start()
         closer.join(self.timeout + 3.0)  # a wedged stop() must not wedge the daemon
+
+
+# libcamera's packed RGB formats name the colour order of a little-endian word, so in
+# memory (what make_array returns) RGB888 is B, G, R: the index that gives R, G, B.
+_PACKED = {"RGB888": [2, 1, 0], "BGR888": [0, 1, 2], "XRGB8888": [2, 1, 0], "XBGR8888": [0, 1, 2]}
+CONVERTIBLE = (*_PACKED, "NV12", "YUV420")
+
+
+def to_rgb_for(fmt: str, size: tuple[int, int]) -> Callable[[np.ndarray], np.ndarray]:
+    """The function from ``make_array("main")`` of ``fmt`` at ``size`` (w, h) to an
+    owned HxWx3 RGB array; ``CameraError`` naming the format when there is none."""
+    w, h = size
+    if fmt in _PACKED:
+        order = _PACKED[fmt]
+        return lambda a: np.ascontiguousarray(a[:h, :w, order])
+    if fmt == "NV12":
+        return lambda a: yuv_to_rgb(a[:h, :w], *_nv12_chroma(a[h : h + h // 2, :w]))
+    if fmt == "YUV420":
+        return lambda a: yuv_to_rgb(a[:h, :w], *_i420_chroma(a, w, h))
+    raise CameraError(
+        f"picamera2: the camera delivers {fmt}, which da3-edge cannot convert "
+        f"(it takes {', '.join(CONVERTIBLE)})"
+    )
+
+
+def _nv12_chroma(uv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return uv[:, 0::2], uv[:, 1::2]
+
+
+def _i420_chroma(a: np.ndarray, w: int, h: int) -> tuple[np.ndarray, np.ndarray]:
+    # picamera2 gives YUV420 as (h * 3 / 2, stride): U then V, each (h/2) x (w/2),
+    # packed two chroma rows to a luma row.
+    flat = a[h:].reshape(-1)
+    stride = a.shape[1]
+    u = flat[: h // 2 * stride // 2].reshape(h // 2, stride // 2)[:, : w // 2]
+    v = flat[h // 2 * stride // 2 : h // 2 * stride].reshape(h // 2, stride // 2)[:, : w // 2]
+    return u, v
+
+
+def yuv_to_rgb(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Full-range BT.601 (JPEG's YCbCr, what libcamera's virtual camera carries) to RGB,
+    chroma upsampled 2x by repetition."""
+    u = np.repeat(np.repeat(u, 2, axis=0), 2, axis=1)[: y.shape[0], : y.shape[1]]
+    v = np.repeat(np.repeat(v, 2, axis=0), 2, axis=1)[: y.shape[0], : y.shape[1]]
+    yf = y.astype(np.float32)
+    uf = u.astype(np.float32) - 128.0
+    vf = v.astype(np.float32) - 128.0
+    rgb = np.stack([yf + 1.402 * vf, yf - 0.344136 * uf - 0.714136 * vf, yf + 1.772 * uf], -1)
+    return np.clip(rgb + 0.5, 0, 255).astype(np.uint8)
