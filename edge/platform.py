@@ -51,6 +51,9 @@ class CpuFeatures:
         }
 
 
+ARM_MACHINES = ("aarch64", "arm64")  # platform.machine() on Linux, on macOS
+
+
 def parse_cpuinfo(text: str, machine: str) -> CpuFeatures:
     """Features from a Linux /proc/cpuinfo text (first processor's flags)."""
     flags: set[str] = set()
@@ -68,7 +71,7 @@ def parse_cpuinfo(text: str, machine: str) -> CpuFeatures:
             part = value
     if not model and part:
         model = _ARM_PARTS.get(part.lower(), f"Arm part {part}")
-    arm = machine in ("aarch64", "arm64")
+    arm = machine in ARM_MACHINES
     return CpuFeatures(
         machine=machine,
         model=model or machine,
@@ -139,7 +142,7 @@ def litert_blocker(features: CpuFeatures | None = None) -> str | None:
     sentence instead of a dead process.
     """
     f = features or cpu_features()
-    if f.machine in ("aarch64", "arm64") and not f.lse:
+    if is_arm(f) and not f.lse:
         return (
             f"this CPU ({f.model}) lacks Armv8.1 atomics (LSE), which ai-edge-litert's "
             "aarch64 build requires: LiteRT would stop the process with SIGILL. "
@@ -177,7 +180,7 @@ def fp16_arithmetic(
 
 
 def is_arm(features: CpuFeatures) -> bool:
-    return features.machine in ("aarch64", "arm64")
+    return features.machine in ARM_MACHINES
 
 
 def kernel_families(features: CpuFeatures | None = None) -> list[str]:

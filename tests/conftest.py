@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -259,13 +260,18 @@ def normalised_photo(name: str, shape: tuple[int, int]) -> np.ndarray:
     return np.ascontiguousarray(array.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
-def _make_photos(out: Path) -> dict[str, list[Path]]:
-    spec = importlib.util.spec_from_file_location(
-        "make_test_photos", ROOT / "scripts" / "make-test-photos.py"
-    )
+def load_script(path: str, name: str) -> ModuleType:
+    """The script at ``path`` (under the checkout) as a module named ``name``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
+    return module
+
+
+def _make_photos(out: Path) -> dict[str, list[Path]]:
+    module = load_script("scripts/make-test-photos.py", "make_test_photos")
     made: dict[str, list[Path]] = module.make(out)
     return made
 

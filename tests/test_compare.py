@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, load_script
 
 pytestmark = pytest.mark.parity
 
@@ -117,16 +117,9 @@ def test_read_pfm_is_top_down(tmp_path: Path) -> None:
     """The peer's depth maps are PFM (greyscale ``Pf``, rows stored bottom-up, a negative
     scale for little-endian): read_pfm must give them top-down, or the agreement check
     would compare a map with its mirror image."""
-    import importlib.util
-
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location(
-        "compare", ROOT / "scripts" / "compare_pytorch.py"
-    )
-    assert spec and spec.loader
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    compare = load_script("scripts/compare_pytorch.py", "compare")
     image = np.arange(12, dtype=np.float32).reshape(3, 4)  # row 0 is the top
     for scale, dtype in ((-1.0, "<f4"), (1.0, ">f4")):
         path = tmp_path / "depth.pfm"

@@ -9,17 +9,15 @@ the report must say 5 calls and the loop's instructions, and nothing from before
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, load_script
 
 PROGRAM = r"""
 #include <stdio.h>
@@ -42,12 +40,7 @@ int main(int argc, char **argv) {
 
 
 def kernels() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernels", ROOT / "scripts/arm/kernels.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kernels"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/arm/kernels.py", "kernels")
 
 
 def test_the_plugin_counts_calls_between_the_markers(tmp_path: Path) -> None:
