@@ -21,17 +21,28 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from .conftest import ROOT
 from .container import CACHE, MAX_AGE_S
 
 PACKAGES = (
     "systemd,systemd-sysv,udev,kmod,linux-image-amd64,initramfs-tools,"
-    "python3,python3-libcamera,libcamera-ipa,libcamera-tools"
+    "python3,python3-libcamera,libcamera-ipa,libcamera-tools,"
+    # picamera2's one dependency with a C part that PyPI has no wheel of (prctl: its
+    # ffmpeg output imports it at package import).
+    "python3-prctl"
 )
+# Unmodified picamera2 from PyPI and what it imports, pinned; wheels for the VM's
+# Python 3.13 except pidng (an sdist: its pure-Python part is all picamera2 imports).
+PICAMERA2 = ("picamera2==0.3.38", "videodev2==0.0.4", "simplejpeg==1.9.0", "piexif==1.1.3")
+PIDNG = "pidng==4.0.9"
+VM_PYTHON = "3.13"
 IMAGE_BYTES = 3 << 30  # sparse
 # The unit that runs the host's job: /job (9p, tag "job") holds run.sh; its output and
 # exit status go back there, then the machine powers off whatever happened.
@@ -104,6 +115,39 @@ def image() -> Path:
     return vm
 
 
+def python_deps() -> Path:
+    """A directory for the VM's PYTHONPATH: da3-edge's runtime dependencies from the
+    lock and picamera2 with its own, for Python 3.13 (da3-edge itself is not in it: the
+    job gets the checkout's). Kept beside the image, named by the lock and the pins."""
+    lock = hashlib.sha256((ROOT / "uv.lock").read_bytes() + repr((*PICAMERA2, PIDNG)).encode())
+    deps = CACHE / f"vm-python{VM_PYTHON}-deps-{lock.hexdigest()[:12]}"
+    if (deps / ".done").exists():
+        return deps
+    shutil.rmtree(deps, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        reqs = Path(tmp) / "requirements.txt"
+        _must(["uv", "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes",
+               "-o", str(reqs)], cwd=ROOT)  # fmt: skip
+        target = ["uv", "pip", "install", "-q", "--target", str(deps), "--python-version",
+                  VM_PYTHON, "--python-platform", "x86_64-manylinux_2_28"]  # fmt: skip
+        _must([*target, "-r", str(reqs)], cwd=ROOT)
+        _must([*target, "--no-deps", "--only-binary", ":all:", *PICAMERA2], cwd=ROOT)
+        # pidng's sdist, built for the host's Python: its .py files are what picamera2
+        # imports (the C part is for DNG compression, loaded only then).
+        _must(["uv", "pip", "install", "-q", "--target", f"{tmp}/pidng", "--python",
+               sys.executable, "--no-deps", PIDNG], cwd=ROOT)  # fmt: skip
+        shutil.copytree(Path(tmp) / "pidng/pidng", deps / "pidng",
+                        ignore=shutil.ignore_patterns("*.so", "__pycache__"))  # fmt: skip
+    (deps / ".done").touch()
+    return deps
+
+
+def _must(cmd: list[str], **kw: Any) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd[:4])}... failed:\n{proc.stdout}{proc.stderr}")
+
+
 def run(
     script: str,
     files: dict[str, bytes] | None = None,
@@ -111,8 +155,11 @@ def run(
     timeout: float = 300,
     memory_mib: int = 1024,
     job: Path | None = None,
+    shares: dict[str, Path] | None = None,
 ) -> Result:
-    """Boot the VM, run ``script`` (sh) in it with ``files`` beside it in /job, power off."""
+    """Boot the VM, run ``script`` (sh) in it with ``files`` beside it in /job, power off.
+    ``shares`` are more host directories over 9p, by tag: the job mounts them
+    (``mount -t 9p -o trans=virtio,version=9p2000.L,ro TAG DIR``)."""
     vm = image()
     job = job or Path(tempfile.mkdtemp(prefix="da3-edge-vm-"))
     job.mkdir(parents=True, exist_ok=True)
@@ -134,6 +181,8 @@ def run(
         "-virtfs", f"local,path={job},mount_tag=job,security_model=none",
         "-nographic", "-no-reboot", "-nic", "none",
     ]  # fmt: skip
+    for tag, path in (shares or {}).items():
+        cmd += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on"]
     console = job / "console.txt"
     with console.open("wb") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
