@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +48,36 @@ def rootfs_tarball() -> Path:
     return tar
 
 
+def uv_target(target: Path, python_version: str) -> list[str]:
+    """``uv pip install`` into ``target`` for another Python on x86_64 Linux."""
+    return ["uv", "pip", "install", "-q", "--target", str(target), "--python-version",
+            python_version, "--python-platform", "x86_64-manylinux_2_28"]  # fmt: skip
+
+
+def install_locked(target: Path, python_version: str) -> None:
+    """da3-edge's runtime dependencies, as locked (not the project itself), into
+    ``target`` for ``python_version``: what the container and the VM run it with."""
+    with tempfile.TemporaryDirectory() as tmp:
+        reqs = Path(tmp) / "requirements.txt"
+        for cmd in (
+            ["uv", "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes",
+             "-o", str(reqs)],
+            [*uv_target(target, python_version), "-r", str(reqs)],
+        ):  # fmt: skip
+            proc = _run(cmd, cwd=ROOT)
+            assert proc.returncode == 0, f"{' '.join(cmd[:4])}...: {proc.stderr}"
+
+
+def daemon_models(models: Path) -> list[Path]:
+    """What the unit's daemon needs of a model directory: the manifest and the fp16
+    cores (the default precision)."""
+    return [
+        f
+        for f in sorted(models.iterdir())
+        if f.name == "manifest.json" or f.name.endswith("_fp16.tflite")
+    ]
+
+
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload,no-any-return]
 
@@ -63,39 +94,9 @@ class Container:
         with tarfile.open(rootfs_tarball()) as tar:
             tar.extractall(root, filter="fully_trusted")
         lib = root / "opt/da3-edge/lib"
-        reqs = root / "tmp/requirements.txt"
-        export = _run(
-            [
-                "uv",
-                "export",
-                "--frozen",
-                "--no-dev",
-                "--no-emit-project",
-                "--no-hashes",
-                "-o",
-                str(reqs),
-            ],
-            cwd=ROOT,
-        )
-        assert export.returncode == 0, export.stderr
-        for args in (["-r", str(reqs)], ["--no-deps", str(ROOT)]):
-            proc = _run(
-                [
-                    "uv",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--target",
-                    str(lib),
-                    "--python-version",
-                    "3.11",
-                    "--python-platform",
-                    "x86_64-manylinux_2_28",
-                    *args,
-                ],
-                cwd=ROOT,
-            )
-            assert proc.returncode == 0, proc.stderr
+        install_locked(lib, "3.11")
+        proc = _run([*uv_target(lib, "3.11"), "--no-deps", str(ROOT)], cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
         # The unit runs /opt/da3-edge/venv/bin/da3-edge; here that is the container's
         # own python3 with the packages above (the Pi installer makes a real venv).
         bin_dir = root / "opt/da3-edge/venv/bin"
@@ -110,9 +111,8 @@ class Container:
         (root / "etc/da3-edge/da3-edge.toml").write_text(config)
         target = root / "var/lib/da3-edge/models"
         target.mkdir(parents=True)
-        for f in models.iterdir():
-            if f.name == "manifest.json" or f.name.endswith("_fp16.tflite"):
-                shutil.copy(f, target / f.name)
+        for f in daemon_models(models):
+            shutil.copy(f, target / f.name)
         user = _run(
             [
                 "chroot",

@@ -35,6 +35,7 @@ from edge.pipeline import Pipeline, PipelineSpec
 
 from . import vm
 from .conftest import ROOT
+from .container import daemon_models
 
 pytestmark = pytest.mark.vm
 
@@ -226,9 +227,8 @@ def boot(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> vm.Res
         "source.py": SOURCE.encode(),
         "da3-edge.toml": CONFIG.encode(),
     }
-    for f in small_models.iterdir():
-        if f.name == "manifest.json" or f.name.endswith("_fp16.tflite"):
-            files[f"models/{f.name}"] = f.read_bytes()
+    for f in daemon_models(small_models):
+        files[f"models/{f.name}"] = f.read_bytes()
     result = vm.run(
         JOB,
         files,

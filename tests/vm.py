@@ -26,10 +26,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .conftest import ROOT
-from .container import CACHE, MAX_AGE_S
+from .container import CACHE, MAX_AGE_S, install_locked, uv_target
 
 PACKAGES = (
     "systemd,systemd-sysv,udev,kmod,linux-image-amd64,initramfs-tools,"
@@ -124,26 +123,21 @@ def python_deps() -> Path:
     if (deps / ".done").exists():
         return deps
     shutil.rmtree(deps, ignore_errors=True)
+    install_locked(deps, VM_PYTHON)
     with tempfile.TemporaryDirectory() as tmp:
-        reqs = Path(tmp) / "requirements.txt"
-        _must(["uv", "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes",
-               "-o", str(reqs)], cwd=ROOT)  # fmt: skip
-        target = ["uv", "pip", "install", "-q", "--target", str(deps), "--python-version",
-                  VM_PYTHON, "--python-platform", "x86_64-manylinux_2_28"]  # fmt: skip
-        _must([*target, "-r", str(reqs)], cwd=ROOT)
-        _must([*target, "--no-deps", "--only-binary", ":all:", *PICAMERA2], cwd=ROOT)
+        _must([*uv_target(deps, VM_PYTHON), "--no-deps", "--only-binary", ":all:", *PICAMERA2])
         # pidng's sdist, built for the host's Python: its .py files are what picamera2
         # imports (the C part is for DNG compression, loaded only then).
         _must(["uv", "pip", "install", "-q", "--target", f"{tmp}/pidng", "--python",
-               sys.executable, "--no-deps", PIDNG], cwd=ROOT)  # fmt: skip
+               sys.executable, "--no-deps", PIDNG])  # fmt: skip
         shutil.copytree(Path(tmp) / "pidng/pidng", deps / "pidng",
                         ignore=shutil.ignore_patterns("*.so", "__pycache__"))  # fmt: skip
     (deps / ".done").touch()
     return deps
 
 
-def _must(cmd: list[str], **kw: Any) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+def _must(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd[:4])}... failed:\n{proc.stdout}{proc.stderr}")
 
