@@ -28,11 +28,14 @@ def fp16_path(small_models: Path) -> Path:
 @pytest.mark.arm  # the rest is process plumbing in Python: x86_64 (docs/arm.md)
 def test_same_answer_as_in_process(fp16_path: Path) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
-    with Core(fp16_path, threads=2, precision="fp16") as here:
+    # fp32 arithmetic: emulated, fp16 arithmetic doubles a forward's cost (test_core.py),
+    # and the worker gets the flag as it gets the others (checked below).
+    opts = {"threads": 2, "precision": "fp16", "fp16_arithmetic": False}
+    with Core(fp16_path, **opts) as here:
         depth, conf = here.run(x)
         expected = (depth.copy(), conf.copy())
         attrs = (here.shape, here.input_shape, here.threads, here.fp16_arithmetic)
-    with ProcessCore(fp16_path, threads=2, precision="fp16") as there:
+    with ProcessCore(fp16_path, **opts) as there:
         assert (there.shape, there.input_shape, there.threads, there.fp16_arithmetic) == attrs
         assert there.pid != os.getpid()
         for _ in range(2):
