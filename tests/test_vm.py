@@ -10,8 +10,8 @@ One boot, three layers, each checked against the photo:
   (tests/vm_picamera2, each patch naming the line);
 - the real daemon, ``source = "picamera2"``, under the unmodified systemd unit: frames
   written, the final status.json's accounting exact, and the depth the host's pipeline
-  computes from the frame the source gave. Under TCG one frame of the core takes ~21 s
-  (~100x the host), so the VM's unit gets a longer watchdog.
+  computes from the frame the source gave. Under TCG one frame of the core takes 21-280 s
+  (machine by machine), so the VM's unit gets a longer watchdog.
 
 What libcamera 0.4.0's virtual camera does that a real one does not (found here): it
 reports three planes for NV12, the third empty ("Invalid plane index, stride is zero");
@@ -34,31 +34,19 @@ from PIL import Image, ImageDraw
 from edge.pipeline import Pipeline, PipelineSpec
 
 from . import vm
-from .conftest import ROOT
-from .container import daemon_models
 
 pytestmark = pytest.mark.vm
 
 W, H = 640, 480
-VIRTUAL_YAML = f"""%YAML 1.1
----
-"Virtual0":
-  supported_formats:
-  - width: {W}
-    height: {H}
-  frames:
-    path: "/job/photo.jpg"
-  model: "da3-edge test photo"
-"""
+# Under TCG a frame of the small model costs 21 s on one machine of this kind and
+# 126-280 s on another (2026-12-02: 126 s for one forward alone, 1 thread; 279 s for
+# the daemon's first frame beside its capture thread): one frame, waited for up to 8 min.
+DAEMON_FRAMES, DAEMON_WAIT_S = 1, 480
 # One boot for all of this module's tests: each part of the job writes its own output
 # and exit status (/job/<part>.txt, .rc), and a failing part does not stop the others.
-JOB = """
-mkdir -p /usr/share/libcamera/pipeline/virtual /job/frames /opt/deps /opt/src
-cp /job/virtual.yaml /usr/share/libcamera/pipeline/virtual/virtual.yaml
-mount -t 9p -o trans=virtio,version=9p2000.L,ro deps /opt/deps
-mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
-part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; }
-
+JOB = (
+    vm.CAMERA_JOB
+    + """
 libcamera() {
     echo "heaps: $(ls /dev/dma_heap) udmabuf: $(ls /dev/udmabuf)"
     uname -r
@@ -66,54 +54,17 @@ libcamera() {
     python3 /job/capture.py
 }
 
-# The checkout's da3-edge, its dependencies for this Python, and the test set-up's
-# picamera2 patches (tests/vm_picamera2) first.
-PYPATH=/opt/src/tests/vm_picamera2:/opt/src:/opt/deps
-
 source() {
-    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 python3 /job/source.py
+    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 python3 /job/source.py "$@"
 }
 
-# The unmodified unit, as the Pi installer lays it out; the venv's da3-edge is this
-# Python with PYTHONPATH (the container test does the same).
-daemon() {
-    set -e
-    useradd --system --no-create-home --shell /usr/sbin/nologin da3-edge
-    install -d /opt/da3-edge/venv/bin /etc/da3-edge /var/lib/da3-edge/models
-    printf '#!/bin/sh\\nPYTHONPATH=%s exec /usr/bin/python3 -m edge "$@"\\n' $PYPATH \\
-        >/opt/da3-edge/venv/bin/da3-edge
-    chmod 755 /opt/da3-edge/venv/bin/da3-edge
-    cp /opt/src/systemd/da3-edge.service /etc/systemd/system/
-    cp /job/da3-edge.toml /etc/da3-edge/
-    cp /job/models/* /var/lib/da3-edge/models/
-    # What Raspberry Pi OS's udev rules do for its heaps (group video): Debian leaves
-    # the system heap root's alone.
-    chgrp video /dev/dma_heap/system /dev/udmabuf
-    chmod 660 /dev/dma_heap/system /dev/udmabuf
-    # The changes to the unit: keep the store after stop, for its last status.json; and
-    # a watchdog for emulation (TCG runs the core ~100x slower: one frame takes ~21 s,
-    # longer than half the unit's WatchdogSec=30).
-    mkdir -p /etc/systemd/system/da3-edge.service.d
-    printf '[Service]\\nRuntimeDirectoryPreserve=yes\\nWatchdogSec=300\\n' \\
-        >/etc/systemd/system/da3-edge.service.d/test.conf
-    systemctl daemon-reload
-    systemctl start da3-edge
-    n=0
-    until [ "$(ls /run/da3-edge/frames 2>/dev/null | wc -l)" -ge 3 ] || [ $n -ge 240 ]; do
-        sleep 1; n=$((n + 1))
-    done
-    systemctl show -p ActiveState -p NRestarts -p StatusText da3-edge
-    ls /run/da3-edge/frames
-    cp -r /run/da3-edge/frames /job/daemon-frames
-    systemctl stop da3-edge
-    cp /run/da3-edge/status.json /job/status.json
-    journalctl -u da3-edge --no-pager -o cat | tail -n 60
-}
-
+part nocamera source none  # before the virtual camera exists: what a Pi without one says
+virtual_camera
 part libcamera libcamera
 part source source
-part daemon daemon
 """
+    + f"part daemon daemon {DAEMON_FRAMES} {DAEMON_WAIT_S}\n"
+)
 # libcamera's own Python bindings, as picamera2 uses them: configure, allocate, queue,
 # wait on the event fd, map each plane's dma-buf. (``cam --file`` writes empty files
 # here: libcamera 0.4's virtual camera leaves the metadata's bytesused at 0, and cam
@@ -184,9 +135,19 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
 # Unmodified picamera2 through da3-edge's source: open, ten frames (more than its four
 # buffers: every request must be released), close, and again.
 SOURCE = """
-import time
+import sys, time
 import numpy as np
+from edge.errors import CameraError
 from edge.camera.picamera2 import Picamera2Source
+if sys.argv[1:] == ["none"]:  # no camera yet: each open fails in one line, twice alike
+    for run in range(2):
+        try:
+            Picamera2Source(width=_W_, height=_H_, timeout=5.0).open()
+        except CameraError as e:
+            print(f"open {run}: CameraError: {e}")
+        else:
+            sys.exit(f"open {run}: opened a camera that is not there")
+    sys.exit(0)
 for run in range(2):
     src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
     t = time.monotonic()
@@ -199,17 +160,6 @@ for run in range(2):
     src.close()
     print(f"run {run}: closed in {time.monotonic() - t:.2f} s (bound {src.timeout + 3:g} s)")
 """.replace("_W_", str(W)).replace("_H_", str(H))
-CONFIG = f"""\
-[camera]
-source = "picamera2"
-width = {W}
-height = {H}
-timeout = 5.0
-
-[daemon]
-stuck_after = 120.0
-status_every = 1.0
-"""
 
 
 @pytest.fixture(scope="module")
@@ -220,22 +170,15 @@ def boot(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> vm.Res
             pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
     buf = io.BytesIO()
     photo().save(buf, "JPEG", quality=95)
-    files = {
-        "photo.jpg": buf.getvalue(),
-        "virtual.yaml": VIRTUAL_YAML.encode(),
-        "capture.py": CAPTURE.encode(),
-        "source.py": SOURCE.encode(),
-        "da3-edge.toml": CONFIG.encode(),
-    }
-    for f in daemon_models(small_models):
-        files[f"models/{f.name}"] = f.read_bytes()
+    files = vm.camera_job(buf.getvalue(), small_models, W, H)
+    files |= {"capture.py": CAPTURE.encode(), "source.py": SOURCE.encode()}
     result = vm.run(
         JOB,
         files,
-        timeout=600,
+        timeout=DAEMON_WAIT_S + 480,
         memory_mib=2048,
         job=tmp_path_factory.mktemp("vm") / "job",
-        shares={"deps": vm.python_deps(), "src": ROOT},
+        shares=vm.camera_shares(),
     )
     assert result.rc == 0, result.out + "\n--- console:\n" + result.console[-3000:]
     return result
@@ -248,6 +191,18 @@ def part(result: vm.Result, name: str) -> str:
     rc = int((result.job / f"{name}.rc").read_text())
     assert rc == 0, f"{name}: exit {rc}\n{out}"
     return out
+
+
+def test_picamera2_source_without_a_camera(boot: vm.Result) -> None:
+    """Before the virtual camera exists libcamera lists none: the source says so in one
+    line, and says the same at the next attempt (nothing left acquired)."""
+    out = part(boot, "nocamera")
+    for run in (0, 1):
+        line = next(x for x in out.splitlines() if x.startswith(f"open {run}: "))
+        assert line == (
+            f"open {run}: CameraError: picamera2: cannot start the camera (No camera number 0 "
+            'found - use "rpicam-hello --list-cameras" to check connected cameras)'
+        ), line
 
 
 def test_libcamera_virtual_camera_captures_the_photo(boot: vm.Result) -> None:
@@ -307,18 +262,18 @@ def test_daemon_under_its_unit_with_picamera2(boot: vm.Result, small_models: Pat
     status = json.loads((boot.job / "status.json").read_text())
     c = status["counters"]
     print("final status:", json.dumps({k: status[k] for k in ("state", "camera")}), c)
-    # Under TCG a frame takes ~21 s, so the stop (TimeoutStopSec=10) lands mid-inference:
+    # Under TCG a frame takes 21-280 s, so the stop (TimeoutStopSec=10) lands mid-inference:
     # "stopped with infer still busy", that frame in flight, and still exact.
     assert status["state"].startswith("stopped") and status["camera"]["source"] == "picamera2"
     assert status["model"]["random_init"] is True
-    assert c["written"] >= 3 and c["camera_errors"] == 0
+    assert c["written"] >= DAEMON_FRAMES and c["camera_errors"] == 0
     parts = (
         c["written"] + c["dropped_stale"] + c["dropped_write"] + c["failed_inference"]
         + c["failed_write"] + c["in_flight"]
     )  # fmt: skip
     assert c["captured"] == parts, c  # exact: the file written after the threads stopped
     frames = sorted((boot.job / "daemon-frames").iterdir())
-    assert len(frames) >= 3
+    assert len(frames) >= DAEMON_FRAMES
     summary = json.loads((frames[-1] / "frame.json").read_text())
     assert "random-init" in summary["warning"]  # flagged: never passed off as DA3's depth
     depth = np.load(frames[-1] / "frame.npz")["depth"]

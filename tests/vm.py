@@ -12,7 +12,8 @@ qemu runs with TCG, not KVM: this machine's ``/dev/kvm`` opens, but its instruct
 emulator stops Debian's kernel early ("KVM internal error ... emulation failure" on a
 VEX ``shlx`` in the kernel's decompressor, and on ``lock cmpxchg16b`` when booted from
 the uncompressed image); under TCG the same image boots, runs a job and powers off in
-~30 s. ``DA3_EDGE_VM_ACCEL=kvm`` tries KVM where it works.
+~30 s. ``DA3_EDGE_VM_ACCEL=kvm`` tries KVM where it works; ``DA3_EDGE_VM_CPU`` picks
+qemu's CPU model (default ``max``; under ``Nehalem`` the runtime's wheels stop on an illegal instruction).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .conftest import ROOT
-from .container import CACHE, MAX_AGE_S, install_locked, uv_target
+from .container import CACHE, MAX_AGE_S, daemon_models, install_locked, uv_target
 
 PACKAGES = (
     "systemd,systemd-sysv,udev,kmod,linux-image-amd64,initramfs-tools,"
@@ -136,6 +137,106 @@ def python_deps() -> Path:
     return deps
 
 
+# libcamera's virtual camera fed /job/photo.jpg (scaled to the stream's size), and the
+# real daemon, ``source = "picamera2"``, under the unmodified unit as the Pi installer
+# lays it out: shell set-up and functions for a job (``virtual_camera``, then
+# ``part daemon daemon FRAMES``), its files from ``camera_job``.
+VIRTUAL_YAML = """%YAML 1.1
+---
+"Virtual0":
+  supported_formats:
+  - width: {width}
+    height: {height}
+  frames:
+    path: "/job/photo.jpg"
+  model: "da3-edge test photo"
+"""
+DAEMON_CONFIG = """\
+[camera]
+source = "picamera2"
+width = {width}
+height = {height}
+timeout = 5.0
+
+[daemon]
+stuck_after = 600.0
+status_every = 1.0
+"""
+CAMERA_JOB = """
+mkdir -p /job/frames /opt/deps /opt/src
+mount -t 9p -o trans=virtio,version=9p2000.L,ro deps /opt/deps
+mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
+part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; }
+
+# libcamera has no camera until its virtual pipeline handler's YAML is in place.
+virtual_camera() {
+    mkdir -p /usr/share/libcamera/pipeline/virtual
+    cp /job/virtual.yaml /usr/share/libcamera/pipeline/virtual/virtual.yaml
+}
+
+# The checkout's da3-edge, its dependencies for this Python, and the test set-up's
+# picamera2 patches (tests/vm_picamera2) first.
+PYPATH=/opt/src/tests/vm_picamera2:/opt/src:/opt/deps
+
+# daemon FRAMES [WAIT]: the unit started, until FRAMES frames are in the store (or WAIT s,
+# default 240),
+# then stopped; the frames, the last status.json and the journal go to /job. The venv's
+# da3-edge is this Python with PYTHONPATH (the container test does the same).
+daemon() {
+    set -e
+    useradd --system --no-create-home --shell /usr/sbin/nologin da3-edge
+    install -d /opt/da3-edge/venv/bin /etc/da3-edge /var/lib/da3-edge/models
+    printf '#!/bin/sh\\nPYTHONPATH=%s exec /usr/bin/python3 -m edge "$@"\\n' $PYPATH \\
+        >/opt/da3-edge/venv/bin/da3-edge
+    chmod 755 /opt/da3-edge/venv/bin/da3-edge
+    cp /opt/src/systemd/da3-edge.service /etc/systemd/system/
+    cp /job/da3-edge.toml /etc/da3-edge/
+    cp /job/models/* /var/lib/da3-edge/models/
+    # What Raspberry Pi OS's udev rules do for its heaps (group video): Debian leaves
+    # the system heap root's alone.
+    chgrp video /dev/dma_heap/system /dev/udmabuf
+    chmod 660 /dev/dma_heap/system /dev/udmabuf
+    # The changes to the unit: keep the store after stop, for its last status.json; and
+    # a watchdog for emulation (under TCG one frame takes 21-280 s, machine by machine,
+    # where the unit's WatchdogSec=30 expects well under 15).
+    mkdir -p /etc/systemd/system/da3-edge.service.d
+    printf '[Service]\\nRuntimeDirectoryPreserve=yes\\nWatchdogSec=900\\n' \\
+        >/etc/systemd/system/da3-edge.service.d/test.conf
+    systemctl daemon-reload
+    systemctl start da3-edge
+    n=0
+    until [ "$(ls /run/da3-edge/frames 2>/dev/null | wc -l)" -ge "$1" ] || [ $n -ge "${2:-240}" ]; do
+        sleep 1; n=$((n + 1))
+    done
+    systemctl show -p ActiveState -p NRestarts -p StatusText da3-edge
+    ls /run/da3-edge/frames
+    cp -r /run/da3-edge/frames /job/daemon-frames
+    systemctl stop da3-edge
+    cp /run/da3-edge/status.json /job/status.json
+    journalctl -u da3-edge --no-pager -o cat | tail -n 60
+}
+"""
+
+
+def camera_job(photo_jpeg: bytes, models: Path, width: int, height: int) -> dict[str, bytes]:
+    """The files ``CAMERA_JOB`` needs in /job: the photo behind the virtual camera, its
+    YAML, the daemon's config and the fp16 model files of ``models``."""
+    size = {"width": width, "height": height}
+    files = {
+        "photo.jpg": photo_jpeg,
+        "virtual.yaml": VIRTUAL_YAML.format(**size).encode(),
+        "da3-edge.toml": DAEMON_CONFIG.format(**size).encode(),
+    }
+    for f in daemon_models(models):
+        files[f"models/{f.name}"] = f.read_bytes()
+    return files
+
+
+def camera_shares() -> dict[str, Path]:
+    """The 9p shares ``CAMERA_JOB`` mounts: the VM's Python dependencies, the checkout."""
+    return {"deps": python_deps(), "src": ROOT}
+
+
 def _must(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if proc.returncode != 0:
@@ -167,7 +268,7 @@ def run(
     cmd = [
         "qemu-system-x86_64",
         "-accel", "tcg,thread=multi" if accel == "tcg" else accel,
-        "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
+        "-cpu", os.environ.get("DA3_EDGE_VM_CPU", "max"), "-smp", "2", "-m", str(memory_mib),
         "-kernel", str(vm / "vmlinuz"), "-initrd", str(vm / "initrd.img"),
         "-append", "root=/dev/vda rw console=ttyS0 quiet",
         "-drive", f"file={vm / 'root.img'},if=virtio,format=raw",

@@ -16,6 +16,7 @@ the format.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +52,7 @@ class Picamera2Source(SourceBase):
                 "on Raspberry Pi OS bookworm the venv needs numpy<2 "
                 "(scripts/install-pi.sh pins it)"
             ) from None
+        cam = None
         try:
             cam = Picamera2()
             config = cam.create_video_configuration(
@@ -62,10 +64,12 @@ class Picamera2Source(SourceBase):
             main = cam.camera_configuration()["main"]
             self._to_rgb = to_rgb_for(str(main["format"]), tuple(main["size"]))
             cam.start()
-        except CameraError:
-            cam.close()
-            raise
         except Exception as exc:  # libcamera raises RuntimeError/IndexError when absent
+            if cam is not None:  # opened, then configure or start failed: let it go, or
+                with contextlib.suppress(Exception):  # every reconnect after finds the
+                    cam.close()  # camera still acquired
+            if isinstance(exc, CameraError):
+                raise
             raise CameraError(f"picamera2: cannot start the camera ({exc})") from None
         self._cam = cam
 
