@@ -10,8 +10,8 @@ week), puts PATH behind libcamera 0.4's virtual camera (scaled to WxH), runs da3
 daemon with ``source = "picamera2"`` under the unmodified systemd unit until N frames
 are written, stops it, and copies the frames, the last status.json and the journal to
 DIR. Under emulation one frame of the small test model takes 21-280 s (machine by
-machine): the timings mean nothing, the path is what is real. Needs root (mmdebstrap), qemu-system-x86 and uv:
-requirements/apt.txt. Step by step: docs/how-to/virtual-camera.md.
+machine): the timings mean nothing, the path is what is real. Needs root (mmdebstrap),
+qemu-system-x86 and uv: requirements/apt.txt. Step by step: docs/how-to/virtual-camera.md.
 """
 
 from __future__ import annotations
@@ -50,11 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.frames < 1:
         ap.error("--frames must be at least 1")
-    for tool in ("qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv"):
-        if shutil.which(tool) is None:
-            ap.error(
-                f"{tool} not found: install requirements/apt.txt (scripts/install-host-packages.sh)"
-            )
+    for tool in vm.missing_tools():
+        ap.error(
+            f"{tool} not found: install requirements/apt.txt (scripts/install-host-packages.sh)"
+        )
     from tests.conftest import build_small_models, photo_path
 
     photo = args.photo or photo_path("coffee.png")

@@ -25,6 +25,9 @@ def fp16_path(small_models: Path) -> Path:
     return manifest.verify(manifest.find(SMALL_SHAPE, "fp16"))
 
 
+PLAIN = ("coffee.png", "chelsea.png")  # the photos the ``plain`` fixture runs
+
+
 # Emulated (the aarch64 lane, 2026-12-02) a load and a forward cost ~35 s, ~75 s with
 # fp16 arithmetic (the A76's default; qemu computes fp16 in software): the tests below
 # share forwards through these two fixtures, and use fp16 arithmetic where it is what
@@ -36,9 +39,6 @@ def plain(fp16_path: Path) -> dict[str, np.ndarray]:
     give."""
     with Core(fp16_path, threads=2, fp16_arithmetic=False, release_file_pages=False) as core:
         return {n: core.run(normalised_photo(n, SMALL_SHAPE))[0].copy() for n in PLAIN}
-
-
-PLAIN = ("coffee.png", "chelsea.png")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -165,9 +164,8 @@ for run in range(2):
 @pytest.fixture(scope="module")
 def boot(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> vm.Result:
     """The one boot: libcamera, the picamera2 source, the daemon under its unit."""
-    for tool in ("qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
+    for tool in vm.missing_tools():
+        pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
     buf = io.BytesIO()
     photo().save(buf, "JPEG", quality=95)
     files = vm.camera_job(buf.getvalue(), small_models, W, H)

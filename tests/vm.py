@@ -237,6 +237,14 @@ def camera_shares() -> dict[str, Path]:
     return {"deps": python_deps(), "src": ROOT}
 
 
+TOOLS = ("qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv")  # from requirements/apt.txt
+
+
+def missing_tools() -> list[str]:
+    """The host tools a VM job needs that are not on PATH."""
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
+
+
 def _must(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if proc.returncode != 0:
