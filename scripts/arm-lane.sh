@@ -224,10 +224,13 @@ run_installer() {
 # KERNELS_MODELS picks the models (default the small test ones), KERNELS_OUT the output,
 # KERNELS_CONFIGS the A76's runs: by default those the check needs (fp32 and fp16 with
 # the fp16 policy off run the same kernels, and fp32 costs the lane most); docs/arm.md's
-# table is all of them on the full-size models (see there).
+# table is all of them on the full-size models (see there). The lane counts one cold
+# forward per config (kernels.py run --cold): the families reached are what it checks;
+# KERNELS_WARM=1 counts a warm forward after a first one, as the table does.
 run_kernels() {
     local models=${KERNELS_MODELS:-$(cat "$LANE/models-path")} out=${KERNELS_OUT:-$OUT/kernels}
-    local configs=${KERNELS_CONFIGS:-fp16,int8,stages}
+    local configs=${KERNELS_CONFIGS:-fp16,int8,stages} cold=1
+    [ "${KERNELS_WARM:-0}" = 1 ] && cold=
     scripts/install-host-packages.sh qemu-user gcc
     rm -rf "$out"
     mkdir -p "$out"
@@ -240,7 +243,7 @@ run_kernels() {
         LANE_HOST_LIBS=1 a76 -- /usr/local/bin/qemu-aarch64-plugins -cpu "$2" \
             -plugin "$out/kcount.so,out=$out/$1/counts.txt" \
             /usr/bin/python3 "$REPO/scripts/arm/kernels.py" run "$models" "$out/$1" \
-            --configs "$3"
+            --configs "$3" ${cold:+--cold}
         uv run --frozen --no-sync python scripts/arm/kernels.py report "$out/$1" --root "$ROOT"
         uv run --frozen --no-sync python scripts/arm/kernels.py check "$out/$1/report.json" \
             --cpu "$1"

@@ -212,6 +212,39 @@ def small_models() -> Path:
     return build_small_models()
 
 
+@pytest.fixture(scope="session")
+def fp16_path(small_models: Path) -> Path:
+    """The small fp16 core, verified against its manifest."""
+    from edge.models import Manifest
+
+    manifest = Manifest.load(small_models)
+    return manifest.verify(manifest.find(SMALL_SHAPE, "fp16"))
+
+
+PLAIN = ("coffee.png", "chelsea.png")  # the photos the ``plain`` fixture runs
+Plain = dict[str, tuple[np.ndarray, np.ndarray]]  # photo -> depth, confidence
+
+
+# Emulated (the aarch64 lane, 2026-12-03, AVX-512 host) a load and a forward of the small
+# model cost ~20 s, ~50 s with fp16 arithmetic (the A76's default; qemu computes fp16 in
+# software): test_core.py and test_coreproc.py share forwards through this fixture and
+# test_core's ``fp16_runs``, and use fp16 arithmetic where it is what they check.
+@pytest.fixture(scope="session")
+def plain(fp16_path: Path) -> Plain:
+    """Depth and confidence of two photos from an in-process Core with fp32 arithmetic,
+    two threads and the model file's pages kept: what the tests of other options
+    (threads, weight cache, released pages, the worker process) must give."""
+    from edge.core import Core
+
+    with Core(fp16_path, threads=2, fp16_arithmetic=False, release_file_pages=False) as core:
+        assert core.fp16_arithmetic is False
+        out = {}
+        for name in PLAIN:
+            depth, conf = core.run(normalised_photo(name, SMALL_SHAPE))
+            out[name] = (depth.copy(), conf.copy())
+        return out
+
+
 def build_full_models() -> Path:
     """The default export: four shapes x fp32/fp16/int8, from the same weights.
     (Also called by scripts/arm-lane.sh rss.)"""

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,47 +17,34 @@ from edge.core import Core, CoreSpec
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 from edge.models import Manifest
 
-from .conftest import SMALL_SHAPE, normalised_photo
+from .conftest import SMALL_SHAPE, Plain, normalised_photo
+
+
+@dataclass
+class Fp16Runs:
+    runs: list[tuple[np.ndarray, np.ndarray]]  # astronaut, coffee, astronaut again
+    cache: Path  # the weight cache asked for
+    weight_cache: Path | None  # what the Core kept of it
 
 
 @pytest.fixture(scope="module")
-def fp16_path(small_models: Path) -> Path:
-    manifest = Manifest.load(small_models)
-    return manifest.verify(manifest.find(SMALL_SHAPE, "fp16"))
-
-
-PLAIN = ("coffee.png", "chelsea.png")  # the photos the ``plain`` fixture runs
-
-
-# Emulated (the aarch64 lane, 2026-12-02) a load and a forward cost ~35 s, ~75 s with
-# fp16 arithmetic (the A76's default; qemu computes fp16 in software): the tests below
-# share forwards through these two fixtures, and use fp16 arithmetic where it is what
-# they check.
-@pytest.fixture(scope="module")
-def plain(fp16_path: Path) -> dict[str, np.ndarray]:
-    """Depth of two photos from a Core with fp32 arithmetic and the model file's pages
-    kept: what the tests of other options (threads, weight cache, released pages) must
-    give."""
-    with Core(fp16_path, threads=2, fp16_arithmetic=False, release_file_pages=False) as core:
-        return {n: core.run(normalised_photo(n, SMALL_SHAPE))[0].copy() for n in PLAIN}
-
-
-@pytest.fixture(scope="module")
-def fp16_runs(fp16_path: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+def fp16_runs(fp16_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Fp16Runs:
     """Depth and confidence of astronaut, coffee, astronaut again, from one Core with
-    fp16 arithmetic (a Pi 5's default)."""
-    with Core(fp16_path, threads=2, fp16_arithmetic=True) as core:
+    fp16 arithmetic and a weight cache asked for: a Pi 5 with the daemon's default config
+    (``weight_cache = "auto"``), which Core must drop under fp16 arithmetic (below)."""
+    cache = tmp_path_factory.mktemp("fp16") / "cache"
+    with Core(fp16_path, threads=2, fp16_arithmetic=True, weight_cache=cache) as core:
         assert core.shape == SMALL_SHAPE and core.fp16_arithmetic
         runs = []
         for name in ("astronaut.png", "coffee.png", "astronaut.png"):
             depth, conf = core.run(normalised_photo(name, SMALL_SHAPE))
             runs.append((depth.copy(), conf.copy()))
-        return runs
+        return Fp16Runs(runs, cache, core.weight_cache)
 
 
 @pytest.mark.arm
-def test_runs_and_depends_on_the_input(fp16_runs: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    a, b, again = fp16_runs
+def test_runs_and_depends_on_the_input(fp16_runs: Fp16Runs) -> None:
+    a, b, again = fp16_runs.runs
     for depth, conf in (a, b):
         assert depth.shape == conf.shape == SMALL_SHAPE
         assert depth.dtype == conf.dtype == np.float32
@@ -67,22 +55,22 @@ def test_runs_and_depends_on_the_input(fp16_runs: list[tuple[np.ndarray, np.ndar
 
 
 @pytest.mark.arm
-def test_thread_counts_agree(fp16_path: Path, plain: dict[str, np.ndarray]) -> None:
+def test_thread_counts_agree(fp16_path: Path, plain: Plain) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
     with Core(fp16_path, threads=1, fp16_arithmetic=False) as one:
-        np.testing.assert_allclose(one.run(x)[0], plain["chelsea.png"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(one.run(x)[0], plain["chelsea.png"][0], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.arm
-def test_weight_cache_gives_the_same_answer(
-    fp16_path: Path, plain: dict[str, np.ndarray], tmp_path: Path
-) -> None:
+def test_weight_cache_gives_the_same_answer(fp16_path: Path, plain: Plain, tmp_path: Path) -> None:
     x = normalised_photo("coffee.png", SMALL_SHAPE)
     # fp32 arithmetic: LiteRT crashes on a weight cache with fp16 arithmetic (below).
     for _ in range(2):  # first run writes the cache, second reads it
         cache = tmp_path / "cache"
         with Core(fp16_path, threads=2, fp16_arithmetic=False, weight_cache=cache) as cached:
-            np.testing.assert_allclose(cached.run(x)[0], plain["coffee.png"], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(
+                cached.run(x)[0], plain["coffee.png"][0], rtol=1e-6, atol=1e-6
+            )
     files = sorted((tmp_path / "cache").iterdir())  # the cache and its record
     assert [f.suffix for f in files] == [".xnnpack", ".json"]
     assert files[0].name.startswith(fp16_path.stem)
@@ -90,14 +78,11 @@ def test_weight_cache_gives_the_same_answer(
 
 
 @pytest.mark.arm
-def test_weight_cache_is_not_used_with_fp16_arithmetic(
-    fp16_path: Path, fp16_runs: list[tuple[np.ndarray, np.ndarray]], tmp_path: Path
-) -> None:
-    x = normalised_photo("coffee.png", SMALL_SHAPE)
-    with Core(fp16_path, threads=2, fp16_arithmetic=True, weight_cache=tmp_path / "c") as core:
-        assert core.weight_cache is None
-        np.testing.assert_array_equal(core.run(x)[0], fp16_runs[1][0])
-    assert not (tmp_path / "c").exists()
+def test_weight_cache_is_not_used_with_fp16_arithmetic(fp16_runs: Fp16Runs) -> None:
+    # The fixture's Core was asked for a cache: it kept none, made none, and ran
+    # (test_runs_and_depends_on_the_input checks its answers).
+    assert fp16_runs.weight_cache is None
+    assert not fp16_runs.cache.exists()
 
 
 CANARY = """
@@ -159,9 +144,7 @@ def _resident_kib(path: Path) -> int:
 
 @pytest.mark.arm
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and smaps: Linux")
-def test_model_file_pages_are_released_after_open(
-    fp16_path: Path, plain: dict[str, np.ndarray]
-) -> None:
+def test_model_file_pages_are_released_after_open(fp16_path: Path, plain: Plain) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
     size_kib = fp16_path.stat().st_size // 1024
     with Core(fp16_path, threads=2, fp16_arithmetic=False, release_file_pages=False):
@@ -176,7 +159,7 @@ def test_model_file_pages_are_released_after_open(
     )
     assert resident > size_kib // 2  # LiteRT maps the file and XNNPACK read it all
     assert released < size_kib // 50 and after_run < size_kib // 10  # not read again
-    np.testing.assert_array_equal(out, plain["chelsea.png"])  # the kept pages' answer
+    np.testing.assert_array_equal(out, plain["chelsea.png"][0])  # the kept pages' answer
 
 
 @pytest.mark.arm

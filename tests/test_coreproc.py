@@ -14,27 +14,19 @@ import pytest
 from edge.core import Core
 from edge.coreproc import ProcessCore
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
-from edge.models import Manifest
 
-from .conftest import SMALL_SHAPE, normalised_photo
-
-
-@pytest.fixture(scope="module")
-def fp16_path(small_models: Path) -> Path:
-    manifest = Manifest.load(small_models)
-    return manifest.verify(manifest.find(SMALL_SHAPE, "fp16"))
+from .conftest import SMALL_SHAPE, Plain, normalised_photo
 
 
 @pytest.mark.arm  # the rest is process plumbing in Python: x86_64 (docs/arm.md)
-def test_same_answer_as_in_process(fp16_path: Path) -> None:
+def test_same_answer_as_in_process(fp16_path: Path, plain: Plain) -> None:
     x = normalised_photo("chelsea.png", SMALL_SHAPE)
-    # fp32 arithmetic: emulated, fp16 arithmetic doubles a forward's cost (test_core.py),
-    # and the worker gets the flag as it gets the others (checked below).
+    # The in-process Core's answer is conftest's ``plain`` (same options). fp32
+    # arithmetic: emulated, fp16 arithmetic doubles a forward's cost (conftest.py), and
+    # the worker gets the flag as it gets the others (checked below).
     opts = {"threads": 2, "precision": "fp16", "fp16_arithmetic": False}
-    with Core(fp16_path, **opts) as here:
-        depth, conf = here.run(x)
-        expected = (depth.copy(), conf.copy())
-        attrs = (here.shape, here.input_shape, here.threads, here.fp16_arithmetic)
+    expected = plain["chelsea.png"]
+    attrs = (SMALL_SHAPE, (1, 3, *SMALL_SHAPE), 2, False)
     with ProcessCore(fp16_path, **opts) as there:
         assert (there.shape, there.input_shape, there.threads, there.fp16_arithmetic) == attrs
         assert there.pid != os.getpid()

@@ -38,7 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from edge import parity  # noqa: E402
 
-PHOTOS = ("astronaut.png", "coffee.png")
+# One real photo: every kernel runs on every photo, so a second one only repeats the
+# comparison (measured on two, 2026-12-03: their worst-case numbers agreed to within
+# 3e-7 Pearson for fp32/fp16 and 2e-4 for int8) at ten more emulated forwards.
+PHOTOS = ("astronaut.png",)
 PHOTO_SIZE = (364, 280)  # (w, h): twice the small test model's 182x140
 # Same artifact, different CPU (XNNPACK picks other micro-kernels): per precision,
 # (min Pearson, max rel-L2). int8 quantises activations at run time; its rounding may
@@ -209,7 +212,7 @@ def check(out: Path) -> int:
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1
-    print(f"all {len(rows)} checks passed ({len(PHOTOS)} photos)")
+    print(f"all {len(rows)} checks passed ({', '.join(PHOTOS)})")
     return 0
 
 

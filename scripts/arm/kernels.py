@@ -10,7 +10,8 @@
 ``run`` opens each core the way da3-edge does (``edge.core.Core``, one thread), runs
 one forward to warm it, then one more between two markers that scripts/arm/kcount.c
 (a qemu TCG plugin) turns into a count of every translated block that ran; the
-ExecuTorch stages (pre and post on da3-edge's runner) the same way. ``report`` maps
+ExecuTorch stages (pre and post on da3-edge's runner) the same way. ``--cold`` (the
+lane's check) counts the first forward instead, without the warm one. ``report`` maps
 the blocks to the guest's libraries (its /proc/self/maps) and to their ELF symbols:
 a function's calls are the runs of the block at its entry; its instructions are those
 of every block inside it. Instruction counts are qemu's guest instructions: a relative
@@ -45,7 +46,7 @@ def marker(n: int) -> None:
         os.lseek(-1, n, MARKER_WHENCE)
 
 
-def run(models: Path, out: Path, configs: list[str]) -> None:
+def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
     import numpy as np
 
     from edge.core import Core, CoreSpec
@@ -59,12 +60,13 @@ def run(models: Path, out: Path, configs: list[str]) -> None:
     rng = np.random.default_rng(0)
 
     def measure(label: str, step: Any, **facts: Any) -> None:
-        step()  # warm: weights packed, buffers planned
+        if warm:
+            step()  # weights packed, buffers planned: the count is a steady forward's
         n = len(segments) + 1
         marker(0)
         step()
         marker(n)
-        segments[str(n)] = {"config": label, **facts}
+        segments[str(n)] = {"config": label, "warm": warm, **facts}
 
     for config in configs:
         if config == "stages":
@@ -399,6 +401,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("models", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="count each config's first forward, with no warm-up run before it: the lane's "
+        "check (which kernel families are reached) at half the emulated forwards; the "
+        "counts then include the first run's set-up",
+    )
     p = sub.add_parser("report")
     p.add_argument("out", type=Path, nargs="+", help="one or more run directories")
     p.add_argument("--root", type=Path, required=True, help="the arm64 root filesystem")
@@ -413,7 +422,7 @@ def main(argv: list[str]) -> int:
         bad = sorted(set(configs) - set(CONFIGS))
         if bad:
             ap.error(f"unknown configs {bad}; choose from {', '.join(CONFIGS)}")
-        run(args.models, args.out, configs)
+        run(args.models, args.out, configs, warm=not args.cold)
         return 0
     if args.cmd == "report":
         data: dict[str, Any] = {"_run": provenance(args.root)}
