@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -136,8 +139,30 @@ def test_each_rule_fails_on_its_fault(soak: ModuleType) -> None:
     assert "rss_flat" in failing(soak, fake)
 
     fake = made_up(soak)
+    fake.runs[0].orphans = [4242]  # the killed daemon's worker lived on
+    assert failing(soak, fake) == {"no_orphans"}
+
+    fake = made_up(soak)
     stalled_from = fake.faults[3].at  # nothing written after the disk filled
     for s in fake.samples:
         if s["t"] >= stalled_from:
             s["written"] = int(2 * stalled_from)
     assert "frames_after_every_fault" in failing(soak, fake)
+
+
+def test_recheck_judges_a_finished_run_from_its_files(soak: ModuleType, tmp_path: Path) -> None:
+    fake = made_up(soak)
+    setup = {"minutes": fake.seconds / 60, "faults": [asdict(f) for f in fake.faults]}
+
+    report = soak.check(fake) | {"setup": setup}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+
+    def write(samples: list[dict[str, Any]]) -> None:
+        (tmp_path / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+
+    write(fake.samples)
+    again = soak.recheck(tmp_path)
+    assert again["ok"] and again["rules"] == report["rules"]
+    fake.samples[-1]["fds"] += 1  # the samples on file are what is judged, not the old verdict
+    write(fake.samples)
+    assert not soak.recheck(tmp_path)["rules"]["fds_steady"]["ok"]
