@@ -380,7 +380,7 @@ status_every = 2.0
                 self.hold(fault)
             finally:
                 subprocess.run(["mount", "-o", "remount,rw", str(self.mount)], check=True)
-        if fault.hold:
+        if fault.kind in ("disk-full", "read-only"):  # held here; a camera's hang is its own
             self.event(f"{fault.kind} over")
 
     def hold(self, fault: Fault) -> None:
