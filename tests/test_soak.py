@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -166,3 +167,28 @@ def test_recheck_judges_a_finished_run_from_its_files(soak: ModuleType, tmp_path
     fake.samples[-1]["fds"] += 1  # the samples on file are what is judged, not the old verdict
     write(fake.samples)
     assert not soak.recheck(tmp_path)["rules"]["fds_steady"]["ok"]
+
+
+def test_fds_counts_what_stays_open_and_names_the_rest(
+    soak: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A descriptor open at every reading counts (a leak stays open); one closed between
+    readings (a file being written at the sampling instant) is named, not counted."""
+    kept = (tmp_path / "kept").open("w")
+    passing = (tmp_path / "passing").open("w")
+    real = soak.open_fds
+    calls = []
+
+    def reading(pids: list[int]) -> set[tuple[int, int, str]]:
+        found = real(pids)
+        calls.append(len(found))
+        if not passing.closed:
+            passing.close()  # written and closed after the first reading
+        return found
+
+    monkeypatch.setattr(soak, "open_fds", reading)
+    held, transient = soak.held_fds([os.getpid()])
+    kept.close()
+    targets = {target for _, _, target in held}
+    assert str(tmp_path / "kept") in targets and str(tmp_path / "passing") not in targets
+    assert transient == [str(tmp_path / "passing")] and len(calls) == soak.FD_READINGS
