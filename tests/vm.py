@@ -2,18 +2,24 @@
 
 Debian trixie's kernel (6.12: dma-buf heaps, udmabuf), systemd and libcamera 0.4 with
 its virtual camera, from Debian's packages with mmdebstrap, in an ext4 image kept per
-machine beside the container's root (a week, like it; ~80 s to build). Each ``run``
-boots it from that image with a throw-away overlay (``-snapshot``): the host's job
-(a shell script and its files) reaches it over 9p, a unit in the image runs it, writes
-its output and exit status back, and powers off. The VM never outlives ``run``: on a
-timeout qemu is killed and the console's last lines are in the failure.
+machine beside the container's root (a week, like it; ~2 min to build). Each ``run``
+boots it from that image with a throw-away overlay (``-snapshot``), or from a disk of
+its own (``overlay``) that the next boot sees: the host's job (a shell script and its
+files) reaches it over 9p, a unit in the image runs it, writes its output and exit
+status back, and powers off. The VM never outlives ``run``: on a timeout qemu is killed
+and the console's last lines are in the failure. The image also has cloud-init, set up
+as Raspberry Pi OS trixie sets it up, for a first boot from a FAT ``bootfs`` partition
+(``boot_partition``); other boots turn it off on the kernel command line.
 
 qemu runs with TCG, not KVM: this machine's ``/dev/kvm`` opens, but its instruction
 emulator stops Debian's kernel early ("KVM internal error ... emulation failure" on a
 VEX ``shlx`` in the kernel's decompressor, and on ``lock cmpxchg16b`` when booted from
-the uncompressed image); under TCG the same image boots, runs a job and powers off in
-~30 s. ``DA3_EDGE_VM_ACCEL=kvm`` tries KVM where it works; ``DA3_EDGE_VM_CPU`` picks
-qemu's CPU model (default ``max``; under ``Nehalem`` the runtime's wheels stop on an illegal instruction).
+the uncompressed image). Why: the KVM here is PVM (``/sys/module/kvm_pvm``; shadow
+paging, ``kvm.tdp_mmu=N``), made to run guest kernels built for it (PVM guests);
+Debian's is not one, and stops in KVM's instruction emulator as above. Under TCG the
+same image boots, runs a job and powers off in ~30 s. ``DA3_EDGE_VM_ACCEL=kvm`` tries
+KVM where it works; ``DA3_EDGE_VM_CPU`` picks qemu's CPU model (default ``max``; under
+``Nehalem`` the runtime's wheels stop on an illegal instruction).
 """
 
 from __future__ import annotations
@@ -36,7 +42,16 @@ PACKAGES = (
     "python3,python3-libcamera,libcamera-ipa,libcamera-tools,"
     # picamera2's one dependency with a C part that PyPI has no wheel of (prctl: its
     # ffmpeg output imports it at package import).
-    "python3-prctl"
+    "python3-prctl,"
+    # First boot as on Raspberry Pi OS trixie: cloud-init (off unless a boot asks for
+    # it: ``cloud-init=disabled`` on the kernel command line), a DHCP client for its
+    # network (Pi OS uses NetworkManager; ifupdown is Debian's smaller default), and what
+    # Pi OS Lite has that cloud-init and Imager's user-data rely on (SSH, sudo, time
+    # zones, D-Bus for systemd-run, resize2fs for cloud-init's resizefs).
+    "cloud-init,ifupdown,ca-certificates,openssh-server,sudo,tzdata,dbus,e2fsprogs,"
+    # The installer's own apt packages, there already: installing them emulated costs a
+    # first boot minutes (its apt path runs for real in the aarch64 lane's installer step).
+    "python3-venv,g++"
 )
 # Unmodified picamera2 from PyPI and what it imports, pinned; wheels for the VM's
 # Python 3.13 except pidng (an sdist: its pure-Python part is all picamera2 imports).
@@ -62,6 +77,28 @@ WantedBy=multi-user.target
 """
 
 
+# Raspberry Pi OS trixie's cloud-init set-up (pi-gen, stage2/04-cloud-init): NoCloud
+# seeded from the FAT boot partition at /boot/firmware, which cloud-init waits for.
+PI_CLOUD_CFG = """# As Raspberry Pi OS trixie (pi-gen's 99_raspberry-pi.cfg): NoCloud from the boot partition.
+datasource_list: [ NoCloud, None ]
+datasource:
+  NoCloud:
+    seedfrom: file:///boot/firmware
+# Host keys: made once by the image's own service, not by cloud-init.
+ssh_deletekeys: false
+ssh_genkeytypes: []
+"""
+PI_FSTAB = "LABEL=bootfs /boot/firmware vfat defaults,nofail,x-systemd.device-timeout=10s 0 2\n"
+PI_FIRMWARE_MOUNT = "[Unit]\nRequiresMountsFor=/boot/firmware\n"
+
+
+def host_cas() -> list[Path]:
+    """The host's own CA certificates (a TLS-intercepting proxy's): the image trusts them
+    too, and cloud-init's stages pass ``SSL_CERT_FILE`` to what they run (uv reads its
+    own roots otherwise), as scripts/arm/installer-check.sh does for its chroot."""
+    return sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+
+
 @dataclass
 class Result:
     rc: int
@@ -71,7 +108,8 @@ class Result:
 
 
 def _key() -> str:
-    return hashlib.sha256((PACKAGES + JOB_UNIT).encode()).hexdigest()[:12]
+    made_from = (PACKAGES + JOB_UNIT + PI_CLOUD_CFG + PI_FSTAB + PI_FIRMWARE_MOUNT).encode()
+    return hashlib.sha256(made_from + b"".join(c.read_bytes() for c in host_cas())).hexdigest()[:12]
 
 
 def image() -> Path:
@@ -103,6 +141,7 @@ def image() -> Path:
         wants.mkdir(exist_ok=True)
         (wants / "vm-job.service").symlink_to("/etc/systemd/system/vm-job.service")
         (root / "etc/hostname").write_text("da3-edge-vm\n")
+        _pi_first_boot(root)
         (kernel,) = (root / "boot").glob("vmlinuz-*")
         (initrd,) = (root / "boot").glob("initrd.img-*")
         shutil.copy(kernel, vm / "vmlinuz")
@@ -113,6 +152,26 @@ def image() -> Path:
         subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(root), str(partial)], check=True)
         partial.rename(done)
     return vm
+
+
+def _pi_first_boot(root: Path) -> None:
+    """What a Raspberry Pi OS trixie image has for its first boot: cloud-init reading
+    NoCloud from the boot partition (label ``bootfs``, mounted at /boot/firmware)."""
+    (root / "etc/cloud/cloud.cfg.d/99_raspberry-pi.cfg").write_text(PI_CLOUD_CFG)
+    (root / "boot/firmware").mkdir(parents=True, exist_ok=True)
+    with (root / "etc/fstab").open("a") as f:
+        f.write(PI_FSTAB)
+    env = ""
+    if cas := host_cas():
+        for ca in cas:
+            shutil.copy(ca, root / "usr/local/share/ca-certificates" / ca.name)
+        subprocess.run(["chroot", str(root), "update-ca-certificates"], check=True,
+                       capture_output=True)  # fmt: skip
+        env = "[Service]\nEnvironment=SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n"
+    for unit in ("cloud-init-main", "cloud-init-local", "cloud-final"):
+        drop_in = root / f"etc/systemd/system/{unit}.service.d"
+        drop_in.mkdir(parents=True, exist_ok=True)
+        (drop_in / "da3-edge-vm.conf").write_text(PI_FIRMWARE_MOUNT + env)
 
 
 def python_deps() -> Path:
@@ -237,7 +296,8 @@ def camera_shares() -> dict[str, Path]:
     return {"deps": python_deps(), "src": ROOT}
 
 
-TOOLS = ("qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv")  # from requirements/apt.txt
+# From requirements/apt.txt; the last three for a first boot (overlay, boot_partition).
+TOOLS = ("qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv", "qemu-img", "mkfs.vfat", "mcopy")
 
 
 def missing_tools() -> list[str]:
@@ -259,10 +319,20 @@ def run(
     memory_mib: int = 1024,
     job: Path | None = None,
     shares: dict[str, Path] | None = None,
+    disk: Path | None = None,
+    drives: tuple[Path, ...] = (),
+    network: bool = False,
+    cloud_init: bool = False,
 ) -> Result:
     """Boot the VM, run ``script`` (sh) in it with ``files`` beside it in /job, power off.
     ``shares`` are more host directories over 9p, by tag: the job mounts them
-    (``mount -t 9p -o trans=virtio,version=9p2000.L,ro TAG DIR``)."""
+    (``mount -t 9p -o trans=virtio,version=9p2000.L,ro TAG DIR``).
+
+    By default every boot is a first one on the image as built (``-snapshot``); with
+    ``disk`` (from ``overlay``) the boot writes to that disk and the next boot of it
+    sees what this one did. ``drives`` are more raw disks (``boot_partition``);
+    ``network`` gives the VM qemu's user-mode network (NAT to the host's); cloud-init
+    runs only with ``cloud_init``."""
     vm = image()
     job = job or Path(tempfile.mkdtemp(prefix="da3-edge-vm-"))
     job.mkdir(parents=True, exist_ok=True)
@@ -278,12 +348,18 @@ def run(
         "-accel", "tcg,thread=multi" if accel == "tcg" else accel,
         "-cpu", os.environ.get("DA3_EDGE_VM_CPU", "max"), "-smp", "2", "-m", str(memory_mib),
         "-kernel", str(vm / "vmlinuz"), "-initrd", str(vm / "initrd.img"),
-        "-append", "root=/dev/vda rw console=ttyS0 quiet",
-        "-drive", f"file={vm / 'root.img'},if=virtio,format=raw",
-        "-snapshot",  # the image stays as built: every boot is a first one
+        "-append", "root=/dev/vda rw console=ttyS0 quiet"
+        + ("" if cloud_init else " cloud-init=disabled"),
         "-virtfs", f"local,path={job},mount_tag=job,security_model=none",
-        "-nographic", "-no-reboot", "-nic", "none",
+        "-nographic", "-no-reboot",
+        "-nic", "user,model=virtio-net-pci" if network else "none",
     ]  # fmt: skip
+    if disk is None:  # the image stays as built: every boot is a first one
+        cmd += ["-drive", f"file={vm / 'root.img'},if=virtio,format=raw", "-snapshot"]
+    else:
+        cmd += ["-drive", f"file={disk},if=virtio,format=qcow2"]
+    for drive in drives:
+        cmd += ["-drive", f"file={drive},if=virtio,format=raw"]
     for tag, path in (shares or {}).items():
         cmd += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on"]
     console = job / "console.txt"
@@ -308,6 +384,30 @@ def run(
         console.read_text(errors="replace"),
         job,
     )
+
+
+def overlay(path: Path) -> Path:
+    """A disk for ``run(disk=...)``: a qcow2 overlay on the image (which stays as built),
+    so that a second boot starts from where the first one left off."""
+    _must(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image() / "root.img"),
+           "-F", "raw", str(path)])  # fmt: skip
+    return path
+
+
+def boot_partition(path: Path, tree: Path, size_mib: int = 256) -> Path:
+    """A FAT disk labelled ``bootfs`` holding ``tree``, as the Pi's boot partition (the
+    image mounts it at /boot/firmware): cloud-init's NoCloud seed and whatever sits
+    beside it."""
+    path.unlink(missing_ok=True)
+    _must(["mkfs.vfat", "-n", "bootfs", "-C", str(path), str(size_mib * 1024)])
+    entries = [str(p) for p in sorted(tree.iterdir())]
+    if entries:
+        proc = subprocess.run(["mcopy", "-s", "-i", str(path), *entries, "::/"],
+                              capture_output=True, text=True, check=False,
+                              env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})  # fmt: skip
+        if proc.returncode != 0:
+            raise AssertionError(f"mcopy onto {path} failed:\n{proc.stdout}{proc.stderr}")
+    return path
 
 
 def _tail(path: Path, lines: int = 25) -> str:
