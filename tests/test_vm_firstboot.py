@@ -86,7 +86,8 @@ META_DATA = f"instance-id: {INSTANCE}\nlocal-hostname: da3-edge-pi\n"
 # Run in the VM after each boot, as root: cloud-init's verdict, then what the boot left.
 CHECK = f"""
 out=/job
-cloud-init status --wait --long >$out/cloud-init.txt 2>&1; echo $? >$out/cloud-init.rc
+timeout {INSTALL_S} cloud-init status --wait --long >$out/cloud-init.txt 2>&1
+echo $? >$out/cloud-init.rc  # 124: cloud-init had not finished (or never started)
 n=0
 until [ "$(ls /run/da3-edge/frames 2>/dev/null | wc -l)" -ge {FRAMES} ] || [ $n -ge {FRAME_WAIT_S} ]; do
     sleep 1; n=$((n + 1))

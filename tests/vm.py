@@ -88,7 +88,10 @@ datasource:
 ssh_deletekeys: false
 ssh_genkeytypes: []
 """
-PI_FSTAB = "LABEL=bootfs /boot/firmware vfat defaults,nofail,x-systemd.device-timeout=10s 0 2\n"
+# nofail: the other boots have no such disk. A long device timeout: on a loaded machine
+# an emulated boot's udev can take well over 10 s to announce it (seen: a first boot
+# beside the aarch64 lane timed out at 10 s, and cloud-init never ran).
+PI_FSTAB = "LABEL=bootfs /boot/firmware vfat defaults,nofail,x-systemd.device-timeout=5min 0 2\n"
 PI_FIRMWARE_MOUNT = "[Unit]\nRequiresMountsFor=/boot/firmware\n"
 
 
