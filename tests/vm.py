@@ -308,8 +308,11 @@ def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
-def _must(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+def _must(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, cwd=ROOT,
+        env=None if env is None else {**os.environ, **env},
+    )  # fmt: skip
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd[:4])}... failed:\n{proc.stdout}{proc.stderr}")
 
@@ -405,11 +408,7 @@ def boot_partition(path: Path, tree: Path, size_mib: int = 256) -> Path:
     _must(["mkfs.vfat", "-n", "bootfs", "-C", str(path), str(size_mib * 1024)])
     entries = [str(p) for p in sorted(tree.iterdir())]
     if entries:
-        proc = subprocess.run(["mcopy", "-s", "-i", str(path), *entries, "::/"],
-                              capture_output=True, text=True, check=False,
-                              env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})  # fmt: skip
-        if proc.returncode != 0:
-            raise AssertionError(f"mcopy onto {path} failed:\n{proc.stdout}{proc.stderr}")
+        _must(["mcopy", "-s", "-i", str(path), *entries, "::/"], env={"MTOOLS_SKIP_CHECK": "1"})
     return path
 
 
