@@ -13,7 +13,10 @@ A frame is written into ``frames/.tmp-<seq>/`` and renamed into place when compl
 then ``latest`` is replaced by renaming a new symlink over it: a reader that follows
 ``latest`` or lists ``frames/`` never sees a partial frame, and a SIGKILL at any point
 leaves at most a ``.tmp-*`` directory, removed at the next start. The ring keeps the
-newest ``keep_frames`` frames and at most ``max_bytes``.
+newest ``keep_frames`` frames and at most ``max_bytes``: the oldest are deleted before a
+new frame is renamed into place, so ``frames/`` never lists more (one frame too large for
+``max_bytes`` on its own, or ``keep_frames = 1``, still keeps the newest; ``latest``
+always points at a frame that is there).
 
 Optional persistence copies the newest frame to ``persist_dir`` at most once every
 ``persist_every`` seconds (durably: fsync), keeping ``persist_keep``: the RAM-backed
@@ -138,6 +141,9 @@ class FrameStore:
                 with open(layout.frame_file(tmp, fmt), "wb") as fh:
                     atomic.put(fh, data)
                     size += fh.tell()
+            # Room first, then publish: frames/ never lists more than the ring holds,
+            # not even for the instant between this frame's rename and a prune.
+            self._prune(incoming=size)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -145,7 +151,6 @@ class FrameStore:
         self._next_seq = seq + 1
         self._sizes[seq] = size
         self._point_latest(name)
-        self._prune()
         return final
 
     def _point_latest(self, name: str) -> None:
@@ -155,8 +160,11 @@ class FrameStore:
         os.symlink(f"{FRAMES}/{name}", tmp)
         os.replace(tmp, link)
 
-    def _prune(self) -> None:
-        while self._sizes and (len(self._sizes) > self.keep_frames or self.bytes > self.max_bytes):
+    def _prune(self, incoming: int) -> None:
+        """Delete the oldest frames until one more of ``incoming`` bytes fits the ring."""
+        while self._sizes and (
+            len(self._sizes) + 1 > self.keep_frames or self.bytes + incoming > self.max_bytes
+        ):
             if len(self._sizes) == 1:
                 break  # never delete the frame `latest` points at
             oldest = min(self._sizes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,35 @@ def test_ring_keeps_under_max_bytes(tmp_path: Path) -> None:
         store.write(_frame(n), {})
     assert _seqs(store) == [4, 5]
     assert store.bytes <= 2.5 * one
+
+
+def test_frames_never_lists_more_than_the_ring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a reader listing frames/ sees right after each publish: never more than
+    keep_frames, never more than max_bytes (the oldest go first, then the rename)."""
+    probe = FrameStore(tmp_path / "probe")
+    one = sum(p.stat().st_size for p in probe.write(_frame(0), {}).iterdir())
+    seen: list[tuple[int, int]] = []
+    rename = os.rename
+
+    def watched(src: object, dst: object) -> None:
+        rename(src, dst)  # type: ignore[arg-type]
+        if Path(str(dst)).name.isdigit():
+            listed = [p for p in Path(str(dst)).parent.iterdir() if p.name.isdigit()]
+            seen.append((len(listed), sum(f.stat().st_size for d in listed for f in d.iterdir())))
+
+    monkeypatch.setattr(os, "rename", watched)
+    by_count = FrameStore(tmp_path / "count", keep_frames=3)
+    for n in range(6):
+        by_count.write(_frame(n), {})
+    assert max(count for count, _ in seen) == 3, seen
+    seen.clear()
+    by_bytes = FrameStore(tmp_path / "bytes", keep_frames=100, max_bytes=int(2.5 * one))
+    for n in range(6):
+        by_bytes.write(_frame(n), {})
+    assert max(size for _, size in seen) <= 2.5 * one, (seen, one)
+    assert _seqs(by_bytes) == [4, 5]
 
 
 def test_restart_cleans_leftovers_and_continues_numbering(tmp_path: Path) -> None:
