@@ -67,16 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     if not (models / "manifest.json").is_file():
         ap.error(f"--models {models}: no manifest.json there")
     width, height = args.size
-    files = vm.camera_job(buf.getvalue(), models, width, height)
+    files = vm.camera_job(buf.getvalue(), width, height, models)
     wait = 120 + 300 * args.frames  # start-up, then 21-280 s a frame under TCG
-    job = vm.CAMERA_JOB + f"virtual_camera\npart daemon daemon {args.frames} {wait}\n"
+    job = vm.CAMERA_JOB + vm.LAY_OUT + f"virtual_camera\npart daemon daemon {args.frames} {wait}\n"
     out = args.out.resolve()
     if out.exists():
         shutil.rmtree(out)
     print(f"booting the VM: {photo.name} at {width}x{height}, {args.frames} frames "
           f"(emulated: 21-280 s a frame; at most {wait} s)", flush=True)  # fmt: skip
     result = vm.run(job, files, timeout=wait + 300, memory_mib=2048, job=out,
-                    shares=vm.camera_shares())  # fmt: skip
+                    shares=vm.camera_shares(lay_out=True))  # fmt: skip
     log = (out / "daemon.txt").read_text(errors="replace") if (out / "daemon.txt").exists() else ""
     rc = int((out / "daemon.rc").read_text()) if (out / "daemon.rc").exists() else result.rc
     if rc != 0 or not (out / "status.json").exists():

@@ -1,17 +1,35 @@
-"""A real libcamera in a real kernel: the VM (tests/vm.py) boots Debian trixie, and its
-virtual camera, fed a known photo, delivers frames through real dma-bufs.
+"""One card, two boots: a Debian trixie VM (tests/vm.py) stands in for a Raspberry Pi OS
+card, from its first boot to its camera.
 
-One boot, three layers, each checked against the photo:
+Boot 1 is the first boot for real: the shipped ``scripts/pi/user-data.yaml`` drives it
+through cloud-init as on a Pi OS trixie card (NoCloud from the FAT boot partition at
+/boot/firmware), x86_64 instead of arm64, Pi-only packages skipped as the installer
+skips them on Debian. The boot partition holds what docs/how-to/raspberry-pi.md tells a
+user to put there: Imager's user-data with the template's ``runcmd`` entry added at the
+end, meta-data, and ``da3-edge/`` (the installer, requirements, units, docs, one wheel,
+the models). The network is qemu's user-mode NAT: apt and PyPI are the real ones. The
+Pi's camera is absent, so the user-data also writes a config choosing the fake camera
+that ships with the kit (``write_files``, before ``runcmd``: the installer keeps a
+config it finds). Everything else is the default: the unit as shipped, with its
+``MemoryMax=1G`` enforced by cgroup v2 here.
+
+Boot 2 is the same disk again: cloud-init runs nothing twice, nothing the install owns
+changes, the unit comes up. Then the Pi's camera path on that installed system, with
+libcamera 0.4's virtual camera fed a known photo through real dma-bufs, three layers,
+each checked against the photo:
 - libcamera's own Python bindings (the kernel's dma-buf heap and udmabuf; the luma of
   each NV12 frame, in the right orientation);
-- unmodified picamera2 from PyPI under da3-edge's picamera2 source: open, more frames
-  than it has buffers, close within its bound, reopen; RGB channel order and
-  orientation. Where picamera2 refuses a non-Pi, test set-up patches it
-  (tests/vm_picamera2, each patch naming the line);
-- the real daemon, ``source = "picamera2"``, under the unmodified systemd unit: frames
-  written, the final status.json's accounting exact, and the depth the host's pipeline
-  computes from the frame the source gave. Under TCG one frame of the core takes 21-280 s
-  (machine by machine), so the VM's unit gets a longer watchdog.
+- unmodified picamera2 from PyPI (where a Pi's apt would put python3-picamera2) under
+  da3-edge's picamera2 source, in the installed venv: open, more frames than it has
+  buffers, close within its bound, reopen; RGB channel order and orientation. Where
+  picamera2 refuses a non-Pi, test set-up patches it (tests/vm_picamera2, each patch
+  naming the line);
+- the installed daemon, ``source = "picamera2"``, under the unit the installer put in
+  place: frames written, the final status.json's accounting exact, and the depth the
+  host's pipeline computes from the frame the source gave.
+Each boot runs its job after cloud-init has finished and records what it saw in /job;
+a failing part does not stop the others. Under TCG one frame of the core takes 21-280 s
+(machine by machine), so the user-data stretches the unit's watchdog.
 
 What libcamera 0.4.0's virtual camera does that a real one does not (found here): it
 reports three planes for NV12, the third empty ("Invalid plane index, stride is zero");
@@ -24,6 +42,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -33,19 +54,132 @@ from PIL import Image, ImageDraw
 from edge.pipeline import Pipeline, PipelineSpec
 
 from . import vm
+from .conftest import ROOT
 
 pytestmark = pytest.mark.vm
 
 W, H = 640, 480
-# Under TCG a frame of the small model costs 21 s on one machine of this kind and
-# 126-280 s on another (2026-12-02: 126 s for one forward alone, 1 thread; 279 s for
-# the daemon's first frame beside its capture thread): one frame, waited for up to 8 min.
-DAEMON_FRAMES, DAEMON_WAIT_S = 1, 480
-# One boot for all of this module's tests: each part of the job writes its own output
-# and exit status (/job/<part>.txt, .rc), and a failing part does not stop the others.
-JOB = (
+USER = "pi5user"
+INSTANCE = "da3-edge-first-boot-1"
+FRAMES = 1  # boot 1's frames from the fake camera: each costs 21-280 s under TCG
+# Start-up (the model loaded, emulated), then a frame of the small model: 21-280 s
+# under TCG, machine by machine (2026-12-02: 126 s for one forward alone, 1 thread; 279 s
+# for the daemon's first frame beside its capture thread).
+FRAME_WAIT_S = 300 + 300 * FRAMES
+INSTALL_S = 900  # apt, PyPI, the ExecuTorch runner compiled: minutes, more under TCG
+UP_WAIT_S = 300  # boot 2: the unit active (READY=1 once the model is loaded)
+DAEMON_FRAMES, DAEMON_WAIT_S = 1, 480  # boot 2: the picamera2 daemon's frames
+
+# What Raspberry Pi Imager writes for a trixie card (a hostname, one user with an SSH
+# key and no password, SSH key-only, a timezone), then what the how-to adds: the
+# template's ``runcmd`` (appended below, verbatim) and, because this machine has no
+# Pi camera and emulates its CPU, a config naming the fake camera and a longer watchdog.
+IMAGER_USER_DATA = f"""#cloud-config
+hostname: da3-edge-pi
+manage_etc_hosts: true
+timezone: Europe/London
+users:
+  - name: {USER}
+    groups: users,adm,dialout,audio,netdev,video,plugdev,input
+    shell: /bin/bash
+    lock_passwd: true
+    sudo: ALL=(ALL) NOPASSWD:ALL
+    ssh_authorized_keys:
+      - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheFirstBootTestOnlyNotARealKey00 test
+ssh_pwauth: false
+write_files:
+  - path: /etc/da3-edge/da3-edge.toml
+    permissions: "0644"
+    content: |
+      # No Pi camera in this machine: the fake camera that ships with da3-edge.
+      [camera]
+      source = "fake"
+      width = 640
+      height = 480
+      [daemon]
+      # Emulated (TCG), one forward takes 21-280 s: not stuck (a Pi: the default, 20).
+      stuck_after = 600.0
+  # Emulated only, as tests/vm.py's daemon job does: the watchdog and the start wait
+  # stretched for a forward of minutes. MemoryMax= and the rest stay as shipped.
+  - path: /etc/systemd/system/da3-edge.service.d/emulated.conf
+    permissions: "0644"
+    content: |
+      [Service]
+      WatchdogSec=900
+      TimeoutStartSec=600
+
+"""
+META_DATA = f"instance-id: {INSTANCE}\nlocal-hostname: da3-edge-pi\n"
+
+# Run in the VM after each boot, as root: cloud-init's verdict, then what the boot left
+# (at @WAIT@, what ``check`` puts there).
+CHECK = f"""
+out=/job
+timeout {INSTALL_S} cloud-init status --wait --long >$out/cloud-init.txt 2>&1
+echo $? >$out/cloud-init.rc  # 124: cloud-init had not finished (or never started)
+@WAIT@
+ls /run/da3-edge/frames >$out/frames.txt 2>&1
+cp /run/da3-edge/status.json $out/status.json 2>/dev/null
+systemctl show -p ActiveState -p NRestarts -p MemoryMax -p MemoryPeak -p User da3-edge >$out/unit.txt
+systemctl is-enabled da3-edge da3-edge-serve da3-edge-publish >$out/enabled.txt 2>&1
+systemctl is-active da3-edge da3-edge-serve >$out/active.txt 2>&1
+cg=/sys/fs/cgroup/system.slice/da3-edge.service
+{{
+    echo "fs: $(stat -fc %T /sys/fs/cgroup)"
+    for f in memory.max memory.peak memory.events; do echo "$f: $(tr '\\n' ' ' <$cg/$f)"; done
+}} >$out/cgroup.txt 2>&1
+# Is MemoryMax= enforced at all? A transient unit asks for 256 MiB under a 64 MiB limit.
+systemd-run --wait -p MemoryMax=64M -p MemorySwapMax=0 /usr/bin/python3 -c \\
+    'x = b"1" * (256 << 20); print("allocated", len(x))' >$out/oom.txt 2>&1
+echo $? >$out/oom.rc
+runuser -u da3-edge -- env DA3_EDGE_MODELS=/var/lib/da3-edge/models \\
+    /opt/da3-edge/venv/bin/da3-edge doctor >$out/doctor.txt 2>&1
+echo $? >$out/doctor.rc
+python3 - >$out/healthz.txt 2>&1 <<'PY'
+import urllib.error, urllib.request
+try:  # 200, or 503 once the newest frame is older than serve.max_age (10 s; a frame takes longer here)
+    print(urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=30).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+PY
+{{ id {USER}; hostname; ls /home; }} >$out/user.txt 2>&1
+cp /var/log/da3-edge-install.log /var/log/cloud-init-output.log $out/ 2>/dev/null
+journalctl -u da3-edge -b --no-pager -o cat | tail -n 40 >$out/journal.txt
+# What the install owns: content, owner, mode, link target (scripts/arm/installer-check.sh).
+cd /
+{{
+    find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -type f -print0 \\
+        | sort -z | xargs -0 sha256sum
+    find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -printf '%M %U:%G %p -> %l\\n' | sort
+    grep -E '^(da3-edge|{USER}):' /etc/passwd /etc/group
+}} >$out/snapshot.txt
+"""
+
+
+def check(boot: int) -> str:
+    """CHECK for boot 1 (waits for the fake camera's first frames) or boot 2 (waits for
+    the unit to be up; its frames come from the camera's daemon after)."""
+    if boot == 1:
+        wait = f"""n=0
+until [ "$(ls /run/da3-edge/frames 2>/dev/null | wc -l)" -ge {FRAMES} ] || [ $n -ge {FRAME_WAIT_S} ]; do
+    sleep 1; n=$((n + 1))
+done"""
+    else:
+        wait = f"""n=0
+until systemctl is-active -q da3-edge || [ $n -ge {UP_WAIT_S} ]; do
+    sleep 1; n=$((n + 1))
+done"""
+    return CHECK.replace("@WAIT@", wait, 1)
+
+
+# Boot 2, after CHECK: the camera's turn on the installed system (vm.CAMERA_JOB's
+# set-up and ``daemon``). The fake camera's daemon is stopped first: its frames under
+# TCG would take the CPU the parts need.
+CAMERA = (
     vm.CAMERA_JOB
     + """
+systemctl stop da3-edge
+
 libcamera() {
     echo "heaps: $(ls /dev/dma_heap) udmabuf: $(ls /dev/udmabuf)"
     uname -r
@@ -54,7 +188,7 @@ libcamera() {
 }
 
 source() {
-    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 python3 /job/source.py "$@"
+    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 $PY /job/source.py "$@"
 }
 
 part nocamera source none  # before the virtual camera exists: what a Pi without one says
@@ -161,40 +295,170 @@ for run in range(2):
 """.replace("_W_", str(W)).replace("_H_", str(H))
 
 
+def user_data() -> str:
+    """Imager's user-data with the template's ``runcmd:`` entry added at the end, as
+    docs/how-to/raspberry-pi.md says (one ``runcmd:`` key per file)."""
+    template = (ROOT / "scripts/pi/user-data.yaml").read_text()
+    return IMAGER_USER_DATA + template[template.index("\nruncmd:") + 1 :]
+
+
+def fp16_models(models: Path, out: Path) -> Path:
+    """The model directory a user exporting fp16 only would carry: its manifest lists
+    the fp16 core and the stages, nothing it does not hold."""
+    out.mkdir()
+    manifest = json.loads((models / "manifest.json").read_text())
+    keep = [a for a in manifest["artifacts"] if a["kind"] != "core" or a["precision"] == "fp16"]
+    for a in keep:
+        shutil.copy(models / a["file"], out / a["file"])
+    (out / "manifest.json").write_text(json.dumps({**manifest, "artifacts": keep}, indent=2))
+    return out
+
+
+def boot_files(tree: Path, models: Path) -> Path:
+    """The boot partition's files: the NoCloud seed and ``da3-edge/`` beside it."""
+    tree.mkdir()
+    (tree / "user-data").write_text(user_data())
+    (tree / "meta-data").write_text(META_DATA)
+    bundle = tree / "da3-edge"
+    (bundle / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts/install-pi.sh", bundle / "scripts")
+    for d in ("requirements", "systemd", "docs"):  # the how-to's `git archive` list
+        shutil.copytree(ROOT / d, bundle / d)
+    built = subprocess.run(
+        ["uv", "build", "--quiet", "--wheel", "--out-dir", str(bundle / "dist"), str(ROOT)],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert len(list((bundle / "dist").glob("da3_edge-*.whl"))) == 1
+    fp16_models(models, bundle / "models")
+    return tree
+
+
 @pytest.fixture(scope="module")
-def boot(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> vm.Result:
-    """The one boot: libcamera, the picamera2 source, the daemon under its unit."""
+def boots(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[vm.Result]:
+    """Boot 1 (cloud-init's first boot: the install), then boot 2 of the same disk (the
+    second boot, then the camera)."""
     for tool in vm.missing_tools():
         pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
+    work = tmp_path_factory.mktemp("card")
+    tree = boot_files(work / "bootfs", small_models)
+    seed = vm.boot_partition(work / "bootfs.img", tree, size_mib=192)
+    disk = vm.overlay(work / "disk.qcow2")
     buf = io.BytesIO()
     photo().save(buf, "JPEG", quality=95)
-    files = vm.camera_job(buf.getvalue(), small_models, W, H)
-    files |= {"capture.py": CAPTURE.encode(), "source.py": SOURCE.encode()}
-    result = vm.run(
-        JOB,
-        files,
-        timeout=DAEMON_WAIT_S + 480,
-        memory_mib=2048,
-        job=tmp_path_factory.mktemp("vm") / "job",
-        shares=vm.camera_shares(),
-    )
-    assert result.rc == 0, result.out + "\n--- console:\n" + result.console[-3000:]
-    return result
+    camera_files = vm.camera_job(buf.getvalue(), W, H)
+    camera_files |= {"capture.py": CAPTURE.encode(), "source.py": SOURCE.encode()}
+    results = []
+    for n in (1, 2):
+        result = vm.run(
+            check(n) + (CAMERA if n == 2 else ""),
+            camera_files if n == 2 else None,
+            timeout=INSTALL_S + FRAME_WAIT_S + 300 if n == 1 else UP_WAIT_S + DAEMON_WAIT_S + 600,
+            memory_mib=2048,
+            job=work / f"boot{n}",
+            shares=vm.camera_shares() if n == 2 else None,
+            disk=disk,
+            drives=(seed,),
+            network=True,
+            cloud_init=True,
+        )
+        assert result.rc == 0, result.out + "\n--- console:\n" + result.console[-3000:]
+        results.append(result)
+    return results
+
+
+def text(result: vm.Result, name: str) -> str:
+    path = result.job / name
+    return path.read_text(errors="replace") if path.exists() else f"({name}: not written)"
+
+
+def rc(result: vm.Result, name: str) -> int:
+    return int(text(result, f"{name}.rc"))
 
 
 def part(result: vm.Result, name: str) -> str:
     """A part's output, printed; fails with it when the part failed."""
-    out = (result.job / f"{name}.txt").read_text(errors="replace")
+    out = text(result, f"{name}.txt")
     print(out)
-    rc = int((result.job / f"{name}.rc").read_text())
-    assert rc == 0, f"{name}: exit {rc}\n{out}"
+    assert rc(result, name) == 0, f"{name}: exit {rc(result, name)}\n{out}"
     return out
 
 
-def test_picamera2_source_without_a_camera(boot: vm.Result) -> None:
+def test_first_boot_installs_and_writes_frames(boots: list[vm.Result]) -> None:
+    """cloud-init's first boot: user, install, config, units enabled and started,
+    doctor ready, frames written, serve answering."""
+    first = boots[0]
+    log = text(first, "da3-edge-install.log")
+    print(log[-4000:])
+    print(text(first, "cloud-init.txt"))
+    assert rc(first, "cloud-init") == 0, text(first, "cloud-init.txt")
+    assert "status: done" in text(first, "cloud-init.txt")
+    assert "==> apt packages" in log and "skipped: python3-picamera2" in log, log[-3000:]
+    assert "uid=" in text(first, "user.txt") and "da3-edge-pi" in text(first, "user.txt")
+    # The config from user-data was kept (the installer never overwrites one).
+    assert "exists: left as it is" in log
+    assert text(first, "enabled.txt").split() == ["enabled", "enabled", "disabled"]
+    assert text(first, "active.txt").split() == ["active", "active"], text(first, "journal.txt")
+    doctor = text(first, "doctor.txt")
+    print(doctor)
+    assert rc(first, "doctor") == 0, doctor
+    frames = text(first, "frames.txt").split()
+    assert len(frames) >= FRAMES, text(first, "journal.txt")
+    status = json.loads(text(first, "status.json"))
+    assert status["camera"]["source"].startswith("fake") and status["model"]["random_init"]
+    # serve answers on loopback: 200, or 503 when the newest frame is older than 10 s
+    # (a frame takes longer than that emulated)
+    assert text(first, "healthz.txt").strip() in ("200", "503"), text(first, "healthz.txt")
+
+
+def test_memory_max_is_enforced_and_the_daemon_lives_under_it(boots: list[vm.Result]) -> None:
+    """cgroup v2 here: the unit's MemoryMax=1G is the cgroup's memory.max, a process over
+    a limit is killed, and the daemon ran its frames under the default with no OOM kill
+    and no restart."""
+    for result in boots:
+        unit, cgroup = text(result, "unit.txt"), text(result, "cgroup.txt")
+        print(unit, cgroup, text(result, "oom.txt"), sep="\n")
+        assert "fs: cgroup2fs" in cgroup
+        assert "MemoryMax=1073741824" in unit and "memory.max: 1073741824" in cgroup
+        events = _events(cgroup)
+        assert events["oom_kill"] == 0 and events["max"] == 0, events
+        peak = int(cgroup.split("memory.peak: ")[1].split()[0])
+        print(f"boot {boots.index(result) + 1}: the daemon's cgroup peaked at {peak / 2**20:.0f} MiB "
+              "of its 1024 MiB MemoryMax")  # fmt: skip
+        assert peak < 1 << 30
+        assert "NRestarts=0" in unit
+        # systemd-run --wait: "Finished with result: oom-kill", the process never got there.
+        oom = text(result, "oom.txt")
+        assert rc(result, "oom") != 0 and "result: oom-kill" in oom and "allocated" not in oom
+
+
+def _events(cgroup: str) -> dict[str, int]:
+    line = next(x for x in cgroup.splitlines() if x.startswith("memory.events: "))
+    words = line.removeprefix("memory.events: ").split()
+    return {k: int(v) for k, v in zip(words[::2], words[1::2], strict=True)}
+
+
+def test_second_boot_changes_nothing(boots: list[vm.Result]) -> None:
+    """The same card booted again: cloud-init does not run the install again (runcmd is
+    once per instance), nothing the install owns changed, and the enabled units are up
+    again (the daemon's frames in this boot: the camera's, below)."""
+    first, second = boots
+    assert rc(second, "cloud-init") == 0 and "status: done" in text(second, "cloud-init.txt")
+    assert text(second, "da3-edge-install.log") == text(first, "da3-edge-install.log")
+    before, after = text(first, "snapshot.txt"), text(second, "snapshot.txt")
+    print(f"{len(after.splitlines())} entries compared")
+    assert before == after, "\n".join(
+        sorted(set(before.splitlines()) ^ set(after.splitlines()))[:40]
+    )
+    assert text(second, "active.txt").split() == ["active", "active"], text(second, "journal.txt")
+    assert rc(second, "doctor") == 0, text(second, "doctor.txt")
+
+
+def test_picamera2_source_without_a_camera(boots: list[vm.Result]) -> None:
     """Before the virtual camera exists libcamera lists none: the source says so in one
     line, and says the same at the next attempt (nothing left acquired)."""
-    out = part(boot, "nocamera")
+    out = part(boots[1], "nocamera")
     for run in (0, 1):
         line = next(x for x in out.splitlines() if x.startswith(f"open {run}: "))
         assert line == (
@@ -203,11 +467,11 @@ def test_picamera2_source_without_a_camera(boot: vm.Result) -> None:
         ), line
 
 
-def test_libcamera_virtual_camera_captures_the_photo(boot: vm.Result) -> None:
-    out = part(boot, "libcamera")
+def test_libcamera_virtual_camera_captures_the_photo(boots: list[vm.Result]) -> None:
+    out = part(boots[1], "libcamera")
     assert "heaps: system udmabuf: /dev/udmabuf" in out
     assert "(Virtual0)" in out  # cam --list names the virtual camera
-    frames = sorted((boot.job / "frames").glob("*.bin"))
+    frames = sorted((boots[1].job / "frames").glob("*.bin"))
     assert len(frames) >= 3, frames  # requests complete in batches: 3 or a few more
     expected = np.asarray(photo().convert("L"))
     for frame in frames:
@@ -221,10 +485,10 @@ def test_libcamera_virtual_camera_captures_the_photo(boot: vm.Result) -> None:
         assert r > 0.99 and rotated < 0.5
 
 
-def test_picamera2_source_on_the_virtual_camera(boot: vm.Result) -> None:
+def test_picamera2_source_on_the_virtual_camera(boots: list[vm.Result]) -> None:
     """Unmodified picamera2 (patched in test set-up only, where it refuses a non-Pi:
     tests/vm_picamera2) and da3-edge's source, converting the NV12 libcamera gives."""
-    out = part(boot, "source")
+    out = part(boots[1], "source")
     assert "vm shim: picamera2 patched" in out  # the set-up's patches were the ones used
     assert "configuring streams: (0) 640x480-NV12" in out  # RGB888 asked, NV12 given
     for run in (0, 1):
@@ -233,7 +497,7 @@ def test_picamera2_source_on_the_virtual_camera(boot: vm.Result) -> None:
         assert closed < 5.0 + 3.0, f"close took {closed} s"
     expected = np.asarray(photo(), dtype=np.int16)
     for run in (0, 1):
-        rgb = np.load(boot.job / "frames" / f"rgb{run}.npy")
+        rgb = np.load(boots[1].job / "frames" / f"rgb{run}.npy")
         assert rgb.shape == (H, W, 3) and rgb.dtype == np.uint8
         per_channel = [pearson(rgb[..., c], expected[..., c]) for c in range(3)]
         # The photo's channels differ (a gradient, its mirror, its inverse): a swapped
@@ -251,13 +515,16 @@ def test_picamera2_source_on_the_virtual_camera(boot: vm.Result) -> None:
         assert err.mean() < 3.0  # JPEG, then 4:2:0 chroma: about a level on average
 
 
-def test_daemon_under_its_unit_with_picamera2(boot: vm.Result, small_models: Path) -> None:
-    """The real daemon, ``source = "picamera2"``, under the unmodified unit (its
-    sandbox, user and device policy) writes depth frames from the virtual camera:
-    the same depth the host computes from the frame the source gave."""
-    out = part(boot, "daemon")
+def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_models: Path) -> None:
+    """The installed daemon, ``source = "picamera2"``, under the unit the installer put
+    in place (its sandbox, user, device policy and MemoryMax=) writes depth frames from
+    the virtual camera: the same depth the host computes from the frame the source gave."""
+    out = part(boots[1], "daemon")
     assert "ActiveState=active" in out and "NRestarts=0" in out, out
-    status = json.loads((boot.job / "status.json").read_text())
+    peak = int(out.split("memory.peak: ")[1].split()[0])
+    print(f"the picamera2 daemon's cgroup peaked at {peak / 2**20:.0f} MiB of its 1024 MiB")
+    assert peak < 1 << 30
+    status = json.loads((boots[1].job / "status.json").read_text())
     c = status["counters"]
     print("final status:", json.dumps({k: status[k] for k in ("state", "camera")}), c)
     # Under TCG a frame takes 21-280 s, so the stop (TimeoutStopSec=10) lands mid-inference:
@@ -270,12 +537,12 @@ def test_daemon_under_its_unit_with_picamera2(boot: vm.Result, small_models: Pat
         + c["failed_write"] + c["in_flight"]
     )  # fmt: skip
     assert c["captured"] == parts, c  # exact: the file written after the threads stopped
-    frames = sorted((boot.job / "daemon-frames").iterdir())
+    frames = sorted((boots[1].job / "daemon-frames").iterdir())
     assert len(frames) >= DAEMON_FRAMES
     summary = json.loads((frames[-1] / "frame.json").read_text())
     assert "random-init" in summary["warning"]  # flagged: never passed off as DA3's depth
     depth = np.load(frames[-1] / "frame.npz")["depth"]
-    rgb = np.load(boot.job / "frames" / "rgb0.npy")
+    rgb = np.load(boots[1].job / "frames" / "rgb0.npy")
     with Pipeline.load(PipelineSpec(small_models, precision="fp16")) as pipe:
         host = pipe(rgb).depth
     assert depth.shape == host.shape == (H, W), (depth.shape, host.shape)

@@ -177,16 +177,15 @@ def _pi_first_boot(root: Path) -> None:
         (drop_in / "da3-edge-vm.conf").write_text(PI_FIRMWARE_MOUNT + env)
 
 
-def python_deps() -> Path:
-    """A directory for the VM's PYTHONPATH: da3-edge's runtime dependencies from the
-    lock and picamera2 with its own, for Python 3.13 (da3-edge itself is not in it: the
-    job gets the checkout's). Kept beside the image, named by the lock and the pins."""
-    lock = hashlib.sha256((ROOT / "uv.lock").read_bytes() + repr((*PICAMERA2, PIDNG)).encode())
-    deps = CACHE / f"vm-python{VM_PYTHON}-deps-{lock.hexdigest()[:12]}"
+def picamera2_deps() -> Path:
+    """Unmodified picamera2 from PyPI and what it imports, for the VM's Python: on a Pi
+    these come from apt (python3-picamera2) into the system's site-packages, which the
+    installer's venv sees. Kept beside the image, named by the pins."""
+    pins = hashlib.sha256(repr((*PICAMERA2, PIDNG)).encode()).hexdigest()[:12]
+    deps = CACHE / f"vm-python{VM_PYTHON}-picamera2-{pins}"
     if (deps / ".done").exists():
         return deps
     shutil.rmtree(deps, ignore_errors=True)
-    install_locked(deps, VM_PYTHON)
     with tempfile.TemporaryDirectory() as tmp:
         _must([*uv_target(deps, VM_PYTHON), "--no-deps", "--only-binary", ":all:", *PICAMERA2])
         # pidng's sdist, built for the host's Python: its .py files are what picamera2
@@ -199,10 +198,26 @@ def python_deps() -> Path:
     return deps
 
 
+def runtime_deps() -> Path:
+    """da3-edge's runtime dependencies from the lock, for the VM's Python, where no
+    installer has made a venv (``LAY_OUT``): the checkout's da3-edge runs with them.
+    Kept beside the image, named by the lock."""
+    lock = hashlib.sha256((ROOT / "uv.lock").read_bytes()).hexdigest()[:12]
+    deps = CACHE / f"vm-python{VM_PYTHON}-deps-{lock}"
+    if (deps / ".done").exists():
+        return deps
+    shutil.rmtree(deps, ignore_errors=True)
+    install_locked(deps, VM_PYTHON)
+    (deps / ".done").touch()
+    return deps
+
+
 # libcamera's virtual camera fed /job/photo.jpg (scaled to the stream's size), and the
-# real daemon, ``source = "picamera2"``, under the unmodified unit as the Pi installer
-# lays it out: shell set-up and functions for a job (``virtual_camera``, then
-# ``part daemon daemon FRAMES``), its files from ``camera_job``.
+# real daemon, ``source = "picamera2"``, under the unmodified unit: shell set-up and
+# functions for a job (``virtual_camera``, then ``part daemon daemon FRAMES WAIT``), its
+# files from ``camera_job``, its shares from ``camera_shares``. On a machine the Pi
+# installer has set up, the daemon is the installed one; elsewhere ``LAY_OUT`` first
+# lays the checkout out as the installer would.
 VIRTUAL_YAML = """%YAML 1.1
 ---
 "Virtual0":
@@ -225,8 +240,8 @@ stuck_after = 600.0
 status_every = 1.0
 """
 CAMERA_JOB = """
-mkdir -p /job/frames /opt/deps /opt/src
-mount -t 9p -o trans=virtio,version=9p2000.L,ro deps /opt/deps
+mkdir -p /job/frames /opt/picamera2 /opt/src
+mount -t 9p -o trans=virtio,version=9p2000.L,ro picamera2 /opt/picamera2
 mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
 part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; }
 
@@ -236,34 +251,30 @@ virtual_camera() {
     cp /job/virtual.yaml /usr/share/libcamera/pipeline/virtual/virtual.yaml
 }
 
-# The checkout's da3-edge, its dependencies for this Python, and the test set-up's
-# picamera2 patches (tests/vm_picamera2) first.
-PYPATH=/opt/src/tests/vm_picamera2:/opt/src:/opt/deps
+# picamera2 where a Pi's apt would put it (the venv sees the system's packages, and
+# python3-libcamera there), behind the test set-up's patches (tests/vm_picamera2).
+# PY: the installer's venv.
+PYPATH=/opt/src/tests/vm_picamera2:/opt/picamera2
+PY=/opt/da3-edge/venv/bin/python
 
-# daemon FRAMES [WAIT]: the unit started, until FRAMES frames are in the store (or WAIT s,
-# default 240),
-# then stopped; the frames, the last status.json and the journal go to /job. The venv's
-# da3-edge is this Python with PYTHONPATH (the container test does the same).
+# daemon FRAMES [WAIT]: the unit (re)started with the picamera2 config, until FRAMES
+# frames are in the store (or WAIT s, default 240), then stopped; the frames, the last
+# status.json and the journal go to /job. The last part of a job (set -e).
 daemon() {
     set -e
-    useradd --system --no-create-home --shell /usr/sbin/nologin da3-edge
-    install -d /opt/da3-edge/venv/bin /etc/da3-edge /var/lib/da3-edge/models
-    printf '#!/bin/sh\\nPYTHONPATH=%s exec /usr/bin/python3 -m edge "$@"\\n' $PYPATH \\
-        >/opt/da3-edge/venv/bin/da3-edge
-    chmod 755 /opt/da3-edge/venv/bin/da3-edge
-    cp /opt/src/systemd/da3-edge.service /etc/systemd/system/
-    cp /job/da3-edge.toml /etc/da3-edge/
-    cp /job/models/* /var/lib/da3-edge/models/
+    systemctl stop da3-edge
+    cp /job/da3-edge.toml /etc/da3-edge/da3-edge.toml
     # What Raspberry Pi OS's udev rules do for its heaps (group video): Debian leaves
     # the system heap root's alone.
     chgrp video /dev/dma_heap/system /dev/udmabuf
     chmod 660 /dev/dma_heap/system /dev/udmabuf
-    # The changes to the unit: keep the store after stop, for its last status.json; and
-    # a watchdog for emulation (under TCG one frame takes 21-280 s, machine by machine,
-    # where the unit's WatchdogSec=30 expects well under 15).
+    # The changes to the unit: picamera2 on its path (see PYPATH); keep the store after
+    # stop, for its last status.json; and a watchdog for emulation (under TCG one frame
+    # takes 21-280 s, machine by machine, where the unit's WatchdogSec=30 expects well
+    # under 15).
     mkdir -p /etc/systemd/system/da3-edge.service.d
-    printf '[Service]\\nRuntimeDirectoryPreserve=yes\\nWatchdogSec=900\\n' \\
-        >/etc/systemd/system/da3-edge.service.d/test.conf
+    printf '[Service]\\nEnvironment=PYTHONPATH=%s\\nRuntimeDirectoryPreserve=yes\\nWatchdogSec=900\\n' \\
+        $PYPATH >/etc/systemd/system/da3-edge.service.d/test.conf
     systemctl daemon-reload
     systemctl start da3-edge
     n=0
@@ -271,6 +282,7 @@ daemon() {
         sleep 1; n=$((n + 1))
     done
     systemctl show -p ActiveState -p NRestarts -p StatusText da3-edge
+    echo "memory.peak: $(cat /sys/fs/cgroup/system.slice/da3-edge.service/memory.peak)"
     ls /run/da3-edge/frames
     cp -r /run/da3-edge/frames /job/daemon-frames
     systemctl stop da3-edge
@@ -278,25 +290,46 @@ daemon() {
     journalctl -u da3-edge --no-pager -o cat | tail -n 60
 }
 """
+# No installer ran (scripts/vm-camera.py): the checkout's da3-edge with the locked
+# dependencies (share "deps") as the installer lays it out, user, venv path, unit,
+# config directory and models, so that ``daemon`` finds what it would on a Pi.
+LAY_OUT = """
+mkdir -p /opt/deps
+mount -t 9p -o trans=virtio,version=9p2000.L,ro deps /opt/deps
+PYPATH=$PYPATH:/opt/src:/opt/deps
+PY=/usr/bin/python3
+useradd --system --no-create-home --shell /usr/sbin/nologin da3-edge
+install -d /opt/da3-edge/venv/bin /etc/da3-edge /var/lib/da3-edge/models
+# The venv's da3-edge: this Python (PYTHONPATH from the unit's drop-in, see daemon).
+printf '#!/bin/sh\\nexec /usr/bin/python3 -m edge "$@"\\n' >/opt/da3-edge/venv/bin/da3-edge
+chmod 755 /opt/da3-edge/venv/bin/da3-edge
+cp /opt/src/systemd/da3-edge.service /etc/systemd/system/
+cp /job/models/* /var/lib/da3-edge/models/
+systemctl daemon-reload
+"""
 
 
-def camera_job(photo_jpeg: bytes, models: Path, width: int, height: int) -> dict[str, bytes]:
+def camera_job(
+    photo_jpeg: bytes, width: int, height: int, models: Path | None = None
+) -> dict[str, bytes]:
     """The files ``CAMERA_JOB`` needs in /job: the photo behind the virtual camera, its
-    YAML, the daemon's config and the fp16 model files of ``models``."""
+    YAML, the daemon's config; with ``models`` (for ``LAY_OUT``), their fp16 files."""
     size = {"width": width, "height": height}
     files = {
         "photo.jpg": photo_jpeg,
         "virtual.yaml": VIRTUAL_YAML.format(**size).encode(),
         "da3-edge.toml": DAEMON_CONFIG.format(**size).encode(),
     }
-    for f in daemon_models(models):
+    for f in daemon_models(models) if models else ():
         files[f"models/{f.name}"] = f.read_bytes()
     return files
 
 
-def camera_shares() -> dict[str, Path]:
-    """The 9p shares ``CAMERA_JOB`` mounts: the VM's Python dependencies, the checkout."""
-    return {"deps": python_deps(), "src": ROOT}
+def camera_shares(lay_out: bool = False) -> dict[str, Path]:
+    """The 9p shares ``CAMERA_JOB`` mounts (picamera2, the checkout for the patches),
+    and with ``lay_out`` the locked dependencies ``LAY_OUT`` mounts."""
+    shares = {"picamera2": picamera2_deps(), "src": ROOT}
+    return shares | {"deps": runtime_deps()} if lay_out else shares
 
 
 # From requirements/apt.txt; the last three for a first boot (overlay, boot_partition).
