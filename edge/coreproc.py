@@ -230,10 +230,16 @@ def _read_error(stream: IO[bytes], n: int) -> str:
 
 def _serve() -> int:
     # The protocol owns the real stdout; anything native code prints to fd 1 goes to
-    # stderr instead of corrupting it. Ctrl-C in a terminal is the parent's to handle.
+    # stderr instead of corrupting it. Ctrl-C in a terminal is the parent's to handle,
+    # and so is systemd's stop: it sends SIGTERM to every process of the unit at once
+    # (KillMode=control-group), and a worker dying of it mid-frame would count that
+    # frame as a failed inference at every stop. The parent closes the pipes (the
+    # worker then exits) and kills it if it does not (close_worker); a parent gone for
+    # good is EOF on stdin.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stdin = sys.stdin.buffer
     message: dict[str, Any] = json.loads(stdin.readline())
     shared_fd: int = message["shared_fd"]

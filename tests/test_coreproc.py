@@ -86,6 +86,21 @@ def test_a_dead_worker_is_replaced(fp16_path: Path) -> None:
         assert core.pid != old
 
 
+def test_sigterm_is_the_parents_to_handle(fp16_path: Path) -> None:
+    """systemd's stop sends SIGTERM to the worker too: it lives on (the daemon shuts
+    it down), so the frame it is computing is not lost as a failed inference."""
+    x = normalised_photo("coffee.png", SMALL_SHAPE)
+    with ProcessCore(fp16_path, threads=1) as core:
+        first = core.run(x)[0].copy()
+        pid = core.pid
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.5)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state != "Z", "the worker died of SIGTERM"
+        np.testing.assert_array_equal(core.run(x)[0], first)
+        assert core.pid == pid
+
+
 def test_load_errors_keep_their_type(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFound):
         ProcessCore(tmp_path / "nope.tflite")
