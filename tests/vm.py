@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,20 +183,19 @@ def picamera2_deps() -> Path:
     these come from apt (python3-picamera2) into the system's site-packages, which the
     installer's venv sees. Kept beside the image, named by the pins."""
     pins = hashlib.sha256(repr((*PICAMERA2, PIDNG)).encode()).hexdigest()[:12]
-    deps = CACHE / f"vm-python{VM_PYTHON}-picamera2-{pins}"
-    if (deps / ".done").exists():
-        return deps
-    shutil.rmtree(deps, ignore_errors=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        _must([*uv_target(deps, VM_PYTHON), "--no-deps", "--only-binary", ":all:", *PICAMERA2])
-        # pidng's sdist, built for the host's Python: its .py files are what picamera2
-        # imports (the C part is for DNG compression, loaded only then).
-        _must(["uv", "pip", "install", "-q", "--target", f"{tmp}/pidng", "--python",
-               sys.executable, "--no-deps", PIDNG])  # fmt: skip
-        shutil.copytree(Path(tmp) / "pidng/pidng", deps / "pidng",
-                        ignore=shutil.ignore_patterns("*.so", "__pycache__"))  # fmt: skip
-    (deps / ".done").touch()
-    return deps
+
+    def build(deps: Path) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            _must([*uv_target(deps, VM_PYTHON), "--no-deps", "--only-binary", ":all:",
+                   *PICAMERA2])  # fmt: skip
+            # pidng's sdist, built for the host's Python: its .py files are what picamera2
+            # imports (the C part is for DNG compression, loaded only then).
+            _must(["uv", "pip", "install", "-q", "--target", f"{tmp}/pidng", "--python",
+                   sys.executable, "--no-deps", PIDNG])  # fmt: skip
+            shutil.copytree(Path(tmp) / "pidng/pidng", deps / "pidng",
+                            ignore=shutil.ignore_patterns("*.so", "__pycache__"))  # fmt: skip
+
+    return _kept(CACHE / f"vm-python{VM_PYTHON}-picamera2-{pins}", build)
 
 
 def runtime_deps() -> Path:
@@ -203,11 +203,17 @@ def runtime_deps() -> Path:
     installer has made a venv (``LAY_OUT``): the checkout's da3-edge runs with them.
     Kept beside the image, named by the lock."""
     lock = hashlib.sha256((ROOT / "uv.lock").read_bytes()).hexdigest()[:12]
-    deps = CACHE / f"vm-python{VM_PYTHON}-deps-{lock}"
+    return _kept(CACHE / f"vm-python{VM_PYTHON}-deps-{lock}",
+                 lambda deps: install_locked(deps, VM_PYTHON))  # fmt: skip
+
+
+def _kept(deps: Path, build: Callable[[Path], None]) -> Path:
+    """``deps`` as ``build`` fills it, built once: a directory without its ``.done``
+    mark (a build that stopped half-way) is built again from nothing."""
     if (deps / ".done").exists():
         return deps
     shutil.rmtree(deps, ignore_errors=True)
-    install_locked(deps, VM_PYTHON)
+    build(deps)
     (deps / ".done").touch()
     return deps
 
