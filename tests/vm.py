@@ -155,6 +155,11 @@ def image() -> Path:
             f.truncate(IMAGE_BYTES)
         subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(root), str(partial)], check=True)
         partial.rename(done)
+    # Images made from other inputs (1.2 GB each) go once this one is built: the cache
+    # holds the image of the checkout that ran last.
+    for stale in CACHE.glob("trixie-amd64-vm-*"):
+        if stale != vm:
+            shutil.rmtree(stale, ignore_errors=True)
     return vm
 
 
