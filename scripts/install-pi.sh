@@ -7,9 +7,9 @@
 #   apt packages, models (fetched and checked first), the da3-edge user, the venv in
 #   /opt/da3-edge/venv (uv from PyPI, the runtime set pinned with hashes in
 #   requirements/), the models in /var/lib/da3-edge/models, the config in
-#   /etc/da3-edge/da3-edge.toml (never overwritten), docs/ and systemd/ in
+#   /etc/da3-edge/da3-edge.toml (created once; only --config replaces it), docs/ and systemd/ in
 #   /opt/da3-edge/, the units: the daemon and serve on 127.0.0.1:8000 (enabled; started
-#   when systemd runs).
+#   when systemd runs). --uninstall takes it all away again (--purge: data and user too).
 set -Eeuo pipefail
 
 PROG=install-pi.sh
@@ -24,14 +24,25 @@ UNIT_DIR=/etc/systemd/system
 UNITS=(da3-edge da3-edge-serve da3-edge-publish)  # the daemon, serve (HTTP, loopback), MQTT
 ENABLE=(da3-edge da3-edge-serve)  # publish stays off until [mqtt] is configured
 USER_NAME=da3-edge
-export UV_CACHE_DIR=/var/cache/da3-edge/uv UV_PYTHON_DOWNLOADS=never
+CACHE=/var/cache/da3-edge
+# uv reads [tool.uv] from any pyproject.toml at or above its working directory; run from
+# a checkout, the project's own settings (made for developers) would reach this install.
+export UV_NO_CONFIG=1 UV_CACHE_DIR=$CACHE/uv UV_PYTHON_DOWNLOADS=never
+# Everything this installer downloads or packs (pip, the ExecuTorch wheel, LiteRT's
+# weight cache while models are checked) lands in one place --purge removes, not in
+# root's home.
+export XDG_CACHE_HOME=$CACHE/installer
+# The system's Python writes no bytecode of its own modules on our behalf (the venv's
+# is compiled on purpose: uv --compile-bytecode).
+export PYTHONDONTWRITEBYTECODE=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
 export HOME=${HOME:-/root}  # cloud-init's runcmd may run without one
 
 usage() {
     cat <<'EOF'
 usage: install-pi.sh [--from PATH] [--models DIR | --models-url URL --models-sha256 HEX]
-                     [--no-start] [-h]
+                     [--config FILE] [--require-executorch] [--no-start] [-h]
+       install-pi.sh --uninstall [--purge]
 
 Install da3-edge as a systemd service on Raspberry Pi OS 64-bit (bookworm, trixie).
 Run as root. Running it again with the same inputs changes nothing.
@@ -44,11 +55,20 @@ options:
   --models-url URL      download a .tar.gz of a model directory (https://, file://)
   --models-sha256 HEX   the SHA-256 of that .tar.gz (required with --models-url),
                         checked before anything is extracted or installed
+  --config FILE         install this config as /etc/da3-edge/da3-edge.toml
+                        (checked first; a different one there is kept as .old)
+  --require-executorch  fail when the ExecuTorch runner cannot be built (default:
+                        carry on with the numpy stages and say so)
   --no-start            enable the service but do not (re)start it now
+  --uninstall           stop and remove the units and /opt/da3-edge (the venv, and
+                        the copy of this script the install leaves there to run
+                        this); keep /etc/da3-edge and the models
+  --purge               with --uninstall: also the config, the models, the caches,
+                        the store and the da3-edge user
   -h, --help            show this help and exit
 
 Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
-once, never overwritten), /var/lib/da3-edge/models, /opt/da3-edge/{docs,systemd}
+once; only --config replaces it), /var/lib/da3-edge/models, /opt/da3-edge/{docs,systemd}
 and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs),
 with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000) and
 da3-edge-publish.service (MQTT; installed disabled until [mqtt] is configured).
@@ -81,6 +101,10 @@ note() { echo "    $*"; }
 trap 'rc=$?; echo "$PROG: error: step \"$STEP\" failed (exit $rc); see the output above" >&2; exit $rc' ERR
 
 FROM=""
+CONFIG_FILE=""
+REQUIRE_ET=0
+UNINSTALL=0
+PURGE=0
 MODELS_DIR=""
 MODELS_URL=""
 MODELS_SHA256=""
@@ -96,12 +120,23 @@ while [ $# -gt 0 ]; do
         --models-url=*) MODELS_URL=${1#*=}; shift ;;
         --models-sha256) [ $# -ge 2 ] || usage_error "--models-sha256 needs a HEX digest"; MODELS_SHA256=$2; shift 2 ;;
         --models-sha256=*) MODELS_SHA256=${1#*=}; shift ;;
+        --config) [ $# -ge 2 ] || usage_error "--config needs a FILE"; CONFIG_FILE=$2; shift 2 ;;
+        --config=*) CONFIG_FILE=${1#*=}; shift ;;
+        --require-executorch) REQUIRE_ET=1; shift ;;
         --no-start) START=0; shift ;;
+        --uninstall) UNINSTALL=1; shift ;;
+        --purge) PURGE=1; shift ;;
         *) usage_error "unknown argument: $1" ;;
     esac
 done
 
 # ---------------------------------------------------------------------------- checks
+if [ $UNINSTALL -eq 1 ]; then
+    [ -z "$FROM$MODELS_DIR$MODELS_URL$MODELS_SHA256$CONFIG_FILE" ] && [ $REQUIRE_ET$START = 01 ] \
+        || usage_error "--uninstall takes only --purge"
+elif [ $PURGE -eq 1 ]; then
+    usage_error "--purge goes with --uninstall"
+fi
 [ -n "$MODELS_DIR" ] && [ -n "$MODELS_URL" ] && usage_error "--models and --models-url exclude each other"
 if [ -n "$MODELS_URL" ]; then
     [ -n "$MODELS_SHA256" ] || usage_error "--models-url needs --models-sha256 (the .tar.gz's SHA-256)"
@@ -111,6 +146,46 @@ elif [ -n "$MODELS_SHA256" ]; then
     usage_error "--models-sha256 goes with --models-url"
 fi
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
+# /run is root's alone (/run/lock is writable by every user): nobody else can plant the lock.
+exec 9>/run/da3-edge-install.lock
+flock -n 9 || die "another $PROG is running"
+
+# ---------------------------------------------------------------------------- uninstall
+if [ $UNINSTALL -eq 1 ]; then
+    if [ $PURGE -eq 1 ]; then step "uninstall --purge"; else step "uninstall"; fi
+    systemd_up=0
+    [ -d /run/systemd/system ] && systemd_up=1
+    for unit in "${UNITS[@]}"; do
+        [ -e "$UNIT_DIR/$unit.service" ] || continue
+        if [ $systemd_up -eq 1 ]; then
+            systemctl disable --now "$unit" 2>&1 | sed 's/^/    /'
+        else
+            systemctl disable "$unit" 2>&1 | sed 's/^/    /'
+        fi
+        rm -f "$UNIT_DIR/$unit.service"
+        note "removed $UNIT_DIR/$unit.service"
+    done
+    rm -rf "$OPT"
+    note "removed $OPT (the venv, docs, units' copies)"
+    if [ $PURGE -eq 1 ]; then
+        for unit in "${UNITS[@]}"; do rm -rf "$UNIT_DIR/$unit.service.d"; done
+        # The store is the daemon's RuntimeDirectory (gone with the unit's stop); a store
+        # left by a daemon run by hand, and the first boot's log, go too.
+        rm -rf "$ETC" "$STATE" "$CACHE" /run/da3-edge /var/log/da3-edge-install.log
+        note "removed $ETC, $STATE (models), $CACHE, /run/da3-edge"
+        if id -u "$USER_NAME" >/dev/null 2>&1; then
+            userdel "$USER_NAME"
+            note "removed user $USER_NAME"
+        fi
+        if getent group "$USER_NAME" >/dev/null; then groupdel "$USER_NAME"; fi
+    else
+        note "kept $ETC and $MODELS (--purge removes them, the caches and the user)"
+    fi
+    [ $systemd_up -eq 0 ] || systemctl daemon-reload
+    echo "==> done: da3-edge is uninstalled."
+    exit 0
+fi
+
 for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
     systemd/da3-edge.service systemd/da3-edge-serve.service systemd/da3-edge-publish.service docs; do
     [ -e "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout"
@@ -118,6 +193,10 @@ done
 if [ -n "$MODELS_DIR" ]; then
     [ -f "$MODELS_DIR/manifest.json" ] || die "--models $MODELS_DIR: no manifest.json there"
     MODELS_DIR=$(cd "$MODELS_DIR" && pwd)
+fi
+if [ -n "$CONFIG_FILE" ]; then
+    [ -f "$CONFIG_FILE" ] || die "--config $CONFIG_FILE: no such file"
+    CONFIG_FILE=$(cd "$(dirname "$CONFIG_FILE")" && pwd)/$(basename "$CONFIG_FILE")
 fi
 FROM=${FROM:-$SRC}
 if [ -d "$FROM" ]; then
@@ -134,10 +213,6 @@ case $(uname -m) in
     *) die "$(uname -m): ai-edge-litert has no wheels for this CPU; use Raspberry Pi OS 64-bit" ;;
 esac
 command -v apt-get >/dev/null || die "apt-get not found: this installer is for Raspberry Pi OS / Debian"
-if [ -d /run/lock ]; then
-    exec 9>/run/lock/da3-edge-install.lock
-    flock -n 9 || die "another $PROG is running"
-fi
 
 TMP=$(mktemp -d /tmp/da3-edge-install.XXXXXX)
 cleanup() { rm -rf "$TMP" "$STATE"/.models-new.*; }
@@ -336,13 +411,24 @@ if "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.fi
     note "picamera2 imports in the venv (numpy $("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)'))"
 fi
 
+# A command as the service user: no weight cache (its own is the unit's CacheDirectory).
+as_service() {
+    runuser -u "$USER_NAME" -- env HOME="$STATE" DA3_EDGE_WEIGHT_CACHE=off "$@"
+}
+
 step "ExecuTorch runner (--stages executorch, no torch)"
 # The pinned executorch wheel's C++ runtime (SHA-256 checked) and da3-edge's runner built
 # against it here, in the venv, outside what uv manages; unchanged when already built.
-et_out=$("$VENV/bin/da3-edge" install-executorch 2>"$TMP/executorch.err") \
-    || die "install-executorch failed: $(tail -n 1 "$TMP/executorch.err")"
-sed 's/^/    /' "$TMP/executorch.err"
-note "$et_out"
+# The daemon runs without it (numpy stages), so a failure here ends the install only
+# with --require-executorch; install-executorch records why, and doctor shows it.
+if et_out=$("$VENV/bin/da3-edge" install-executorch 2>"$TMP/executorch.err"); then
+    sed 's/^/    /' "$TMP/executorch.err"
+    note "$et_out"
+elif [ $REQUIRE_ET -eq 1 ]; then
+    die "install-executorch failed: $(tail -n 1 "$TMP/executorch.err")"
+else
+    echo "$PROG: warning: ExecuTorch runner not built ($(tail -n 1 "$TMP/executorch.err" | sed 's/^da3-edge: error: //')); the numpy stages will run; retry: sudo $VENV/bin/da3-edge install-executorch" >&2
+fi
 
 # ---------------------------------------------------------------------------- models, installed
 same_models() {  # same model files, same bytes?
@@ -368,8 +454,9 @@ if [ -n "$NEW_MODELS" ]; then
         done
         chmod 0755 "$stage"
         chmod 0644 "$stage"/*
-        # Checked (sizes, SHA-256, each core model loads) before it replaces anything.
-        "$VENV/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
+        # Checked (sizes, SHA-256, each core model loads) before it replaces anything, as
+        # the service user: LiteRT parses files that came from elsewhere, not as root.
+        as_service "$VENV/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
         if [ -d "$MODELS" ]; then
             old="$STATE/.models-old.$$"
             mv "$MODELS" "$old"
@@ -388,7 +475,8 @@ if [ -n "$NEW_MODELS" ]; then
     fi
 fi
 mkdir -p "$STATE"
-chown -R "$USER_NAME:$USER_NAME" "$STATE"
+# -h -P: the service user can write in $STATE; a link it left there is not followed.
+chown -R -h -P "$USER_NAME:$USER_NAME" "$STATE"
 if [ -f "$MODELS/manifest.json" ]; then
     step "models check"
     "$VENV/bin/da3-edge" models --models "$MODELS" | sed 's/^/    /'
@@ -401,7 +489,19 @@ fi
 # ---------------------------------------------------------------------------- config
 step "config $CONFIG"
 install -d -m 0755 "$ETC"
-if [ -e "$CONFIG" ]; then
+if [ -n "$CONFIG_FILE" ]; then
+    DA3_EDGE_MODELS=$MODELS "$VENV/bin/da3-edge" run --config "$CONFIG_FILE" --check-config >/dev/null
+    if cmp -s "$CONFIG_FILE" "$CONFIG"; then
+        note "unchanged: same as $CONFIG_FILE"
+    else
+        if [ -e "$CONFIG" ]; then
+            cp -p "$CONFIG" "$CONFIG.old"
+            note "the previous config kept as $CONFIG.old"
+        fi
+        install -m 0644 "$CONFIG_FILE" "$CONFIG"
+        note "installed from $CONFIG_FILE"
+    fi
+elif [ -e "$CONFIG" ]; then
     note "exists: left as it is"
 else
     "$VENV/bin/da3-edge" run --print-default-config >"$TMP/da3-edge.toml"
@@ -426,6 +526,13 @@ sync_dir() {  # replace $2 by a copy of $1 unless they already match
 }
 sync_dir "$SRC/docs" "$OPT/docs"
 sync_dir "$SRC/systemd" "$OPT/systemd"
+# A copy of this script, for --uninstall once the checkout or the card's bundle is gone.
+if cmp -s "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"; then
+    note "unchanged: $OPT/install-pi.sh"
+else
+    install -m 0755 "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"
+    note "copied $OPT/install-pi.sh (sudo bash $OPT/install-pi.sh --uninstall removes da3-edge)"
+fi
 CHANGED_UNIT=0
 for unit in "${UNITS[@]}"; do
     if cmp -s "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"; then

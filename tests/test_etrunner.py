@@ -303,6 +303,19 @@ def test_install_checks_the_wheel_and_is_idempotent(
         install.install(dest, target=other)
     assert not dest.exists()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+    # The last failure stays beside the destination, for doctor to say why and what next.
+    with pytest.raises(EdgeError, match=r"no C\+\+ compiler"):
+        install.install(dest, cxx="no-such-c++")
+    status = _python(
+        "from edge import etrunner; print(etrunner.status()[1])",
+        env={etrunner.ENV_RUNTIME: str(dest)},
+    )
+    assert status.stdout.strip() == (
+        "the executorch stages need da3-edge's ExecuTorch runner; the last `da3-edge "
+        "install-executorch` failed (no C++ compiler 'no-such-c++' to build the ExecuTorch "
+        "runner (Debian / Raspberry Pi OS: sudo apt install g++)): fix that and run `da3-edge "
+        "install-executorch` (no torch needed), or use --stages numpy"
+    ), status.stdout + status.stderr
 
 
 def test_install_builds_a_working_runner(
@@ -310,9 +323,11 @@ def test_install_builds_a_working_runner(
 ) -> None:
     """A fresh install into a new directory (the cached wheel, the system compiler)."""
     cached = pinned_wheel
+    etrunner.failure_note(tmp_path / "rt").write_text("an earlier attempt failed\n")
     proc = run_cli(["install-executorch", "--dest", str(tmp_path / "rt"), "--wheel", str(cached)])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"installed: {tmp_path / 'rt'}"
+    assert not etrunner.failure_note(tmp_path / "rt").exists()  # a success clears it
     assert "building runner.so with" in proc.stderr
     status = _python(
         "from edge import etrunner; print(etrunner.status())",

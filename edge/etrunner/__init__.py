@@ -76,12 +76,27 @@ def source_digest() -> str:
     return hashlib.sha256(runner_source()).hexdigest()
 
 
+def failure_note(directory: Path) -> Path:
+    """Where ``install-executorch`` leaves why its last attempt at ``directory`` failed
+    (beside it: a failed build leaves no directory), for ``doctor`` to show."""
+    return directory.with_name(f"{directory.name}.failed")
+
+
 def read_record(directory: Path) -> dict[str, Any]:
     """The directory's runtime.json, or StagesUnavailable saying what is wrong."""
     record_path = directory / "runtime.json"
     try:
         record: dict[str, Any] = json.loads(record_path.read_text())
     except FileNotFoundError:
+        try:
+            why = failure_note(directory).read_text().strip()
+        except OSError:
+            why = ""
+        if why:
+            raise StagesUnavailable(
+                f"the executorch stages need da3-edge's ExecuTorch runner; the last "
+                f"`da3-edge install-executorch` failed ({why}): fix that and {INSTALL_STEP}"
+            ) from None
         raise StagesUnavailable(
             f"the executorch stages need da3-edge's ExecuTorch runner, not installed in "
             f"{directory}: {INSTALL_STEP}"

@@ -19,6 +19,7 @@ runs them come from one ExecuTorch release, and tests/test_etrunner.py keeps the
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -267,6 +268,32 @@ def install(
     }
     if not force and current(path, record):
         return path, False
+    note = etrunner.failure_note(path)
+    try:
+        try:
+            _build(path, record, pinned, target == host, wheel=wheel, cxx=cxx, progress=progress)
+        except OSError as exc:
+            raise EdgeError(f"cannot install the ExecuTorch runner into {path} ({exc})") from None
+    except EdgeError as exc:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            note.write_text(f"{exc}\n")
+        raise
+    note.unlink(missing_ok=True)
+    return path, True
+
+
+def _build(
+    path: Path,
+    record: dict[str, Any],
+    pinned: Wheel,
+    native: bool,
+    *,
+    wheel: str | os.PathLike[str] | None,
+    cxx: str | None,
+    progress: Progress,
+) -> None:
+    """Fetch, unpack, compile, check (``native``: load it here) and swap into ``path``."""
     words = _compiler(cxx)
     record["compiler"] = _compiler_version(words)
     if wheel:
@@ -285,7 +312,7 @@ def install(
         compile_runner(build, words)
         shutil.rmtree(build / "executorch" / "include")
         progress(f"built in {time.monotonic() - start:.1f} s")
-        if target == host:
+        if native:
             _smoke(build)
         (build / "runtime.json").write_text(json.dumps(record, indent=2) + "\n")
         os.chmod(build, 0o755)  # mkdtemp makes it 0700; the service user reads it
@@ -299,4 +326,3 @@ def install(
     finally:
         if build.exists():
             shutil.rmtree(build, ignore_errors=True)
-    return path, True

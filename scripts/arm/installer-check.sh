@@ -62,11 +62,15 @@ if [ "${1:-}" = --inner ]; then
         local desc=$1; shift
         if "$@"; then ok "$desc"; else bad "$desc"; fi
     }
-    install_run() {  # install_run NAME ARGS...: the installer in the chroot, logged
+    # install_run NAME ARGS...: the installer in the chroot, logged. $RUN_IN: the directory
+    # it runs in (default /); $RUN_ENV: more of its environment (VAR=VALUE ...).
+    install_run() {
         local name=$1 start=$SECONDS rc; shift
-        echo "--- install-pi.sh $* ($name)"
+        echo "--- install-pi.sh $* ($name${RUN_IN:+, in $RUN_IN}${RUN_ENV:+, $RUN_ENV})"
         set +e
-        in_root bash /src/scripts/install-pi.sh "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+        # shellcheck disable=SC2086  # RUN_ENV is words
+        in_root /usr/bin/env ${RUN_ENV:-} bash -c 'cd "$1" && shift && exec bash /src/scripts/install-pi.sh "$@"' \
+            install "${RUN_IN:-/}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
         rc=$?
         set -e
         sed 's/^/  | /' "$WORK/$name.out"
@@ -74,6 +78,9 @@ if [ "${1:-}" = --inner ]; then
         echo "--- exit $rc after $((SECONDS - start)) s (emulated)"
         return $rc
     }
+    # The whole file system but the mounts (scripts/arm/tree-diff.py), to compare before the
+    # first install and after the purge.
+    whole_tree() { python3 "$SNAP/scripts/arm/tree-diff.py" list "$ROOT"; }
     snapshot() {  # content, owner, mode and link target of everything the installer owns
         (
             cd "$ROOT"
@@ -86,6 +93,8 @@ if [ "${1:-}" = --inner ]; then
     grep_not() { local re=$1; shift; ! cat "$@" | grep -E -q "$re"; }
     count_users() { [ "$(grep -c '^da3-edge:' "$ROOT/etc/passwd")" = 1 ] && [ "$(grep -c '^da3-edge:' "$ROOT/etc/group")" = 1 ]; }
     model_files() { (cd "$ROOT/var/lib/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
+
+    whole_tree >"$WORK/before.tree"
 
     # 1. A fresh install from the wheel, models from a directory.
     install_run run1 --from "/mnt/dist/$WHEEL" --models /mnt/models \
@@ -133,12 +142,17 @@ if [ "${1:-}" = --inner ]; then
     rm -rf "$ROOT/tmp/installer-check-store"
 
     # 2. The same install again, after a user edit to the config: nothing may change.
+    # And a link the service user left in its state directory: root's chown of that
+    # directory must not follow it to the file it names.
     sed -i 's/^keep_frames = 100$/keep_frames = 50  # edited by installer-check/' "$ROOT/etc/da3-edge/da3-edge.toml"
+    as_daemon ln -s /etc/shadow /var/lib/da3-edge/planted-link
     snapshot >"$WORK/before2.snap"
     install_run run2 --from "/mnt/dist/$WHEEL" --models /mnt/models || bad "second install: exit non-zero"
     snapshot >"$WORK/after2.snap"
     check "second install changed nothing ($(wc -l <"$WORK/after2.snap") entries compared)" same_snapshot before2 after2
     check "second install kept the edited config" grep -q 'edited by installer-check' "$ROOT/etc/da3-edge/da3-edge.toml"
+    check "a link the service user planted was not followed: /etc/shadow still $(stat -c %U:%G "$ROOT/etc/shadow")" \
+        test "$(stat -c %u "$ROOT/etc/shadow")" = 0
     check "second install: no apt installs, no downloads, no package installs" \
         grep_not 'Setting up |Unpacking |Download|Installed [0-9]+ package|^ \+ |installed uv' "$WORK/run2.out" "$WORK/run2.err"
     check "second install: program and models reported unchanged" \
@@ -147,8 +161,10 @@ if [ "${1:-}" = --inner ]; then
         grep -q "unchanged: same files as /mnt/models" "$WORK/run2.out"
     check "user da3-edge still exists once" count_users
 
-    # 3. From the checkout (the default for a git clone on the Pi): the same code, so unchanged.
-    install_run run3 --models /mnt/models || bad "install from the checkout: exit non-zero"
+    # 3. From the checkout (the default for a git clone on the Pi), run in it as a user
+    # does (`sudo scripts/install-pi.sh`): the checkout's pyproject.toml must not reach uv.
+    # The same code, so unchanged.
+    RUN_IN=/src install_run run3 --models /mnt/models || bad "install from the checkout, run in it: exit non-zero"
     snapshot >"$WORK/after3.snap"
     check "install from the checkout builds the same wheel: reported unchanged" \
         grep -q "unchanged: $WHEEL is installed" "$WORK/run3.out"
@@ -184,7 +200,32 @@ if [ "${1:-}" = --inner ]; then
     leftovers=$(cd "$ROOT" && ls -d tmp/da3-edge-install.* var/lib/da3-edge/.models-* 2>/dev/null || true)
     check "no temporary files left behind${leftovers:+: $leftovers}" test -z "$leftovers"
 
-    # 6. The numpy question (docs/how-to/raspberry-pi.md): an apt-built numpy extension
+    # 6. The ExecuTorch runner cannot be built (here: a compiler that fails): the install
+    # ends with --require-executorch, and finishes without it, saying so in one line;
+    # doctor then says why and how to retry. A normal run builds it again.
+    et_dir=/opt/da3-edge/venv/share/da3-edge/executorch-1.5.1
+    rm -rf "$ROOT$et_dir"
+    if RUN_ENV=CXX=/bin/false install_run run7 --from "/mnt/dist/$WHEEL" --models /mnt/models --require-executorch; then
+        bad "--require-executorch with a failing compiler: accepted"
+    else
+        check "--require-executorch with a failing compiler: refused, naming install-executorch" \
+            grep -q "install-pi.sh: error: install-executorch failed: " "$WORK/run7.err"
+    fi
+    RUN_ENV=CXX=/bin/false install_run run8 --from "/mnt/dist/$WHEEL" --models /mnt/models \
+        || bad "a failing compiler without --require-executorch: exit non-zero"
+    warning=$(grep -c "^install-pi.sh: warning: ExecuTorch runner not built (building the ExecuTorch runner failed (/bin/false)" "$WORK/run8.err" || true)
+    check "a failing compiler: the install finishes with one warning line" test "$warning" = 1
+    set +e
+    as_daemon /opt/da3-edge/venv/bin/da3-edge doctor >"$WORK/doctor8.out" 2>&1
+    set -e
+    sed 's/^/  | /' "$WORK/doctor8.out" | grep executorch || true
+    check "doctor says why the runner is missing and how to retry" \
+        grep -q "the last \`da3-edge install-executorch\` failed (building the ExecuTorch runner failed (/bin/false)" "$WORK/doctor8.out"
+    install_run run9 --from "/mnt/dist/$WHEEL" --models /mnt/models || bad "the runner built again: exit non-zero"
+    check "the runner built again by the next install" test -f "$ROOT$et_dir/runner.so" \
+        -a ! -e "$ROOT$et_dir.failed"
+
+    # 7. The numpy question (docs/how-to/raspberry-pi.md): an apt-built numpy extension
     # (python3-pywt: Cython against Debian's numpy, as picamera2's simplejpeg is) must
     # import in the installed venv. numpy 2.x over a Debian numpy 1.x breaks it with
     # "numpy.dtype size changed"; this is not part of the install, so after the snapshots.
@@ -200,6 +241,34 @@ if [ "${1:-}" = --inner ]; then
         tail -n 3 "$WORK/pywt.out"
         bad "apt-get install python3-pywt"
     fi
+
+    # 8. --uninstall keeps the config and the models; --purge then leaves nothing of
+    # da3-edge: the whole tree as before the first install, apt's packages and logs aside.
+    install_run uninstall --uninstall || bad "--uninstall: exit non-zero"
+    check "--uninstall: units, venv and /opt/da3-edge gone" \
+        test ! -e "$ROOT/opt/da3-edge" -a ! -e "$ROOT/etc/systemd/system/da3-edge.service" \
+        -a ! -e "$ROOT/etc/systemd/system/multi-user.target.wants/da3-edge.service"
+    check "--uninstall: config and models kept" test -f "$ROOT/etc/da3-edge/da3-edge.toml" \
+        -a -f "$ROOT/var/lib/da3-edge/models/manifest.json"
+    install_run purge --uninstall --purge || bad "--uninstall --purge: exit non-zero"
+    whole_tree >"$WORK/purged.tree"
+    python3 "$SNAP/scripts/arm/tree-diff.py" leftovers "$WORK/before.tree" "$WORK/purged.tree" \
+        >"$WORK/leftovers.txt"
+    head -n 40 "$WORK/leftovers.txt" | sed 's/^/  | /'
+    check "--purge: no file or account of da3-edge left, none in root's caches" \
+        test ! -s "$WORK/leftovers.txt"
+    check "--purge: no da3-edge account left" \
+        grep_not '^da3-edge:' "$ROOT"/etc/passwd "$ROOT"/etc/group "$ROOT"/etc/shadow "$ROOT"/etc/gshadow
+    # The same again on this system, now with the apt packages in place: install from
+    # the checkout, purge, and the whole tree is exactly as it was before the install.
+    RUN_IN=/src install_run again --models /mnt/models || bad "install after a purge: exit non-zero"
+    install_run purge2 --uninstall --purge || bad "--uninstall --purge again: exit non-zero"
+    whole_tree >"$WORK/purged2.tree"
+    python3 "$SNAP/scripts/arm/tree-diff.py" diff "$WORK/purged.tree" "$WORK/purged2.tree" \
+        >"$WORK/purge.diff"
+    head -n 40 "$WORK/purge.diff" | sed 's/^/  | /'
+    check "install then --uninstall --purge: the tree as before the install ($(wc -l <"$WORK/purged2.tree") paths compared)" \
+        test ! -s "$WORK/purge.diff"
 
     echo "=== $CHECKS checks, $FAILED failed"
     [ "$FAILED" = 0 ]
