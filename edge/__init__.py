@@ -10,6 +10,7 @@ from __future__ import annotations
 from edge.errors import (
     CameraError,
     CameraTimeout,
+    CardError,
     ConfigError,
     EdgeError,
     ExportEnvMissing,
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CameraError",
     "CameraTimeout",
+    "CardError",
     "ConfigError",
     "EdgeError",
     "ExportEnvMissing",

@@ -37,6 +37,10 @@ COMMANDS = {
         "edge.commands.models",
         "list the models in a model directory and check their hashes",
     ),
+    "card": (
+        "edge.commands.card",
+        "prepare a Raspberry Pi OS card (Imager's) to install da3-edge at first boot",
+    ),
 }
 
 USAGE = "usage: da3-edge [-h] [--version] COMMAND [ARGS...]"

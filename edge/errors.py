@@ -69,6 +69,10 @@ class StagesUnavailable(EdgeError, ImportError):
     """The ExecuTorch runtime is not installed."""
 
 
+class CardError(EdgeError, ValueError):
+    """A boot partition, user-data, model folder or config ``da3-edge card`` refuses."""
+
+
 class CameraError(EdgeError, OSError):
     """The camera failed: cannot open, lost, or returned garbage. Reopen and retry."""
 

@@ -48,7 +48,9 @@ def flags(text: str) -> set[str]:
 # ---------------------------------------------------------------------- install-pi.sh
 
 
-@pytest.mark.parametrize("script", [INSTALLER, INSTALLER_CHECK], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "script", [INSTALLER, INSTALLER_CHECK, ROOT / "scripts/pi/first-boot.sh"], ids=lambda p: p.name
+)
 def test_scripts_parse_as_bash(script: Path) -> None:
     proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -64,7 +66,11 @@ def test_installer_help_lists_every_flag_it_parses() -> None:
         "--models",
         "--models-url",
         "--models-sha256",
+        "--config",
+        "--require-executorch",
         "--no-start",
+        "--uninstall",
+        "--purge",
     }
     assert parsed <= flags(text)
 
@@ -81,6 +87,9 @@ def test_installer_help_lists_every_flag_it_parses() -> None:
         (["--models-sha256", "0" * 64], "--models-sha256 goes with --models-url"),
         (["--models", "a", "--models-url", "b"], "--models and --models-url exclude each other"),
         (["--from"], "--from needs a PATH"),
+        (["--purge"], "--purge goes with --uninstall"),
+        (["--uninstall", "--models", "m"], "--uninstall takes only --purge"),
+        (["--uninstall", "--no-start"], "--uninstall takes only --purge"),
     ],
 )
 def test_installer_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:
@@ -184,32 +193,37 @@ def test_user_data_is_valid_cloud_config() -> None:
     assert "Valid cloud-config" in proc.stdout
 
 
-def user_data_commands(tmp_path: Path) -> list[list[str]]:
-    """The runcmd entries, and the commented-out alternative, as lists of arguments."""
+def user_data_alternative(tmp_path: Path) -> list[str]:
+    """The commented-out alternative (models from a URL), as a list of arguments."""
     config = load_yaml(USER_DATA)
-    assert isinstance(config, dict) and set(config) == {"runcmd"}  # cloud-init 22.4 allows typos
+    # The active entry is the one `da3-edge card` adds (tests/test_card.py runs it).
+    assert config == {"runcmd": [["bash", "/boot/firmware/da3-edge/first-boot.sh"]]}
     commented = [
         line.removeprefix("  # ")
-        for line in USER_DATA.read_text().split("# Models from a URL instead")[1].splitlines()[1:]
+        for line in USER_DATA.read_text().split("# Models from a URL instead")[1].splitlines()[2:]
     ]
     alt = tmp_path / "alternative.yaml"
     alt.write_text("#cloud-config\nruncmd:\n" + "".join(f"  {line}\n" for line in commented))
     alternative = load_yaml(alt)
-    assert isinstance(alternative, dict)
-    commands = [*config["runcmd"], *alternative["runcmd"]]
-    assert len(commands) == 2 and all(isinstance(c, list) for c in commands)
-    return commands
+    assert isinstance(alternative, dict) and len(alternative["runcmd"]) == 1
+    command = alternative["runcmd"][0]
+    assert isinstance(command, list)
+    return command
 
 
-def test_user_data_runs_the_installer_with_flags_it_has(tmp_path: Path) -> None:
-    """Each command, run by bash with /boot/firmware moved to a temporary directory and a
-    stub installer: the wheel glob expands, the flags exist in install-pi.sh --help, and
-    a failing installer fails the command (pipefail through tee)."""
+def test_first_boot_script_passes_flags_the_installer_has() -> None:
+    script = (ROOT / "scripts" / "pi" / "first-boot.sh").read_text()
+    assert flags(script) <= flags(installer_help()), flags(script) - flags(installer_help())
+
+
+def test_user_data_alternative_runs_the_installer_with_flags_it_has(tmp_path: Path) -> None:
+    """The URL alternative, run by bash with /boot/firmware moved to a temporary directory
+    and a stub installer: the wheel glob expands, the flags exist in install-pi.sh --help,
+    and a failing installer fails the command (pipefail through tee)."""
     help_flags = flags(installer_help())
     boot = tmp_path / "boot"
     (boot / "da3-edge" / "scripts").mkdir(parents=True)
     (boot / "da3-edge" / "dist").mkdir()
-    (boot / "da3-edge" / "models").mkdir()
     wheel = boot / "da3-edge" / "dist" / "da3_edge-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")
     args_file = tmp_path / "args"
@@ -217,20 +231,20 @@ def test_user_data_runs_the_installer_with_flags_it_has(tmp_path: Path) -> None:
         f'printf "%s\\n" "$@" > {args_file}\necho stub installer ran\nexit 3\n'
     )
     log = tmp_path / "install.log"
-    for command in user_data_commands(tmp_path):
-        assert command[:2] == ["bash", "-c"]
-        script = command[2]
-        assert "/boot/firmware/da3-edge/scripts/install-pi.sh" in script
-        assert flags(script) <= help_flags, flags(script) - help_flags
-        script = script.replace("/boot/firmware", str(boot)).replace(
-            "/var/log/da3-edge-install.log", str(log)
-        )
-        proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-        assert proc.returncode == 3, proc.stderr
-        args = args_file.read_text().splitlines()
-        assert args[:2] == ["--from", str(wheel)]
-        assert args[2] in ("--models", "--models-url")
-        assert "stub installer ran" in log.read_text()
+    command = user_data_alternative(tmp_path)
+    assert command[:2] == ["bash", "-c"]
+    script = command[2]
+    assert "/boot/firmware/da3-edge/scripts/install-pi.sh" in script
+    assert flags(script) <= help_flags, flags(script) - help_flags
+    script = script.replace("/boot/firmware", str(boot)).replace(
+        "/var/log/da3-edge-install.log", str(log)
+    )
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+    args = args_file.read_text().splitlines()
+    assert args[:2] == ["--from", str(wheel)]
+    assert args[2] == "--models-url"
+    assert "stub installer ran" in log.read_text()
 
 
 # ---------------------------------------------------------------------- launchd

@@ -21,7 +21,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(manifest: Manifest, artifact: Artifact) -> None:
+def check(manifest: Manifest, artifact: Artifact) -> None:
+    """Size and SHA-256 in full; a core model must load in LiteRT at its shape."""
     path = manifest.verify(artifact, full=True)
     if artifact.kind == "core":
         from edge.core import Core
@@ -51,7 +52,7 @@ def main(args: Sequence[str] | None = None) -> int:
         line = _line(artifact)
         if ns.verify:
             try:
-                _check(manifest, artifact)
+                check(manifest, artifact)
             except EdgeError as exc:
                 failures += 1
                 print(line + "  FAILED", flush=True)

@@ -1,0 +1,348 @@
+"""A Raspberry Pi OS card made ready for da3-edge's first boot (``da3-edge card``).
+
+Raspberry Pi Imager writes a trixie card's boot partition with cloud-init's NoCloud seed
+(``user-data``, ``network-config``, ``meta-data``) beside ``config.txt``. This module
+adds the bundle the Pi installs from (``da3-edge/``: the installer, one wheel, the
+models, a config) and one ``runcmd`` entry to Imager's ``user-data`` that runs
+``first-boot.sh`` from it; everything Imager wrote stays as it was.
+
+Plan first, write after: :func:`plan` checks everything (the partition, ``user-data``,
+the models, the config, the room) and raises :class:`CardError` in one line before a
+byte is written; :func:`apply` then writes only what differs, each file through a
+temporary name and a rename, so a second run changes nothing.
+
+``user-data`` is edited as text at the place PyYAML (the parser cloud-init uses) says the
+``runcmd`` list ends, then parsed again: the result must be Imager's data plus the one
+entry, or nothing is written. Comments, key order and quoting stay Imager's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge.errors import CardError
+
+BUNDLE = "da3-edge"
+FIRST_BOOT = f"/boot/firmware/{BUNDLE}/first-boot.sh"
+# The runcmd entry: one list item, argv form (cloud-init quotes it for the shell).
+ENTRY = ["bash", FIRST_BOOT]
+ENTRY_TEXT = f"[bash, {FIRST_BOOT}]"
+# What the bundle takes from the checkout: first-boot.sh (to the bundle's top), the
+# installer and what it needs beside itself (its "is missing" check names the same).
+CHECKOUT_FILES = (
+    "scripts/install-pi.sh",
+    "scripts/pi/first-boot.sh",
+    "requirements/runtime.txt",
+    "requirements/runtime-numpy1.txt",
+    "requirements/uv.txt",
+    "systemd",
+    "docs",
+)
+# Room kept free beyond the bundle: FAT's directory entries, the user-data's growth.
+SLACK_BYTES = 1 << 20
+
+
+@dataclass
+class Plan:
+    """What ``apply`` will write: each destination path (relative to the boot
+    partition) and its bytes' source, the new user-data text (None: unchanged), and
+    the bundle files no longer wanted (an older wheel)."""
+
+    boot: Path
+    user_data_path: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    user_data: str | None = None
+    stale: list[Path] = field(default_factory=list)
+    need_bytes: int = 0
+    free_bytes: int = 0
+
+    @property
+    def changes(self) -> int:
+        return len(self.files) + (self.user_data is not None) + len(self.stale)
+
+
+def checkout_root() -> Path | None:
+    """The source checkout this da3-edge runs from (``uv sync`` installs it editable),
+    or None for an installed wheel."""
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "scripts" / "install-pi.sh").is_file():
+        return root
+    return None
+
+
+def entry(boot: Path, name: str) -> Path | None:
+    """``name`` at the top of the partition, whatever its case: FAT's names are
+    case-insensitive, and some systems show an 8.3 name in capitals (CONFIG.TXT)."""
+    exact = boot / name
+    if exact.exists():
+        return exact
+    try:
+        return next((p for p in boot.iterdir() if p.name.casefold() == name.casefold()), None)
+    except OSError:
+        return None
+
+
+def check_partition(boot: Path) -> Path:
+    """The boot partition's ``user-data``, or why this is not a card to prepare."""
+    if not boot.is_dir():
+        raise CardError(
+            f"{boot}: not a directory (the mounted boot partition, e.g. "
+            "/media/$USER/bootfs or /Volumes/bootfs)"
+        )
+    if entry(boot, "config.txt") is None or entry(boot, "cmdline.txt") is None:
+        raise CardError(
+            f"{boot}: not a Raspberry Pi OS boot partition (no config.txt and cmdline.txt)"
+        )
+    user_data = entry(boot, "user-data")
+    if user_data is None or not user_data.is_file():
+        if entry(boot, "firstrun.sh") is not None or entry(boot, "meta-data") is None:
+            raise CardError(
+                f"{boot}: a bookworm card (no cloud-init user-data): the first boot cannot "
+                "install there; boot it and run scripts/install-pi.sh over SSH "
+                "(docs/how-to/raspberry-pi.md, 3b)"
+            )
+        raise CardError(f"{boot}: no user-data: write the card with Raspberry Pi Imager first")
+    return user_data
+
+
+def merge_user_data(text: str, where: str) -> str | None:
+    """``text`` with the first-boot entry added to its ``runcmd`` (None: there already).
+
+    The entry goes in as text where the parse says ``runcmd`` ends; the result is
+    parsed again and must be the original data plus the entry."""
+    import yaml
+
+    lines = text.splitlines()
+    if not lines or lines[0].rstrip() != "#cloud-config":
+        raise CardError(f"{where}: not cloud-config (its first line is not #cloud-config)")
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CardError(f"{where}: cannot parse it: {at}{problem}") from None
+    if data is None:
+        data, root = {}, None
+    if not isinstance(data, dict) or (root is not None and not isinstance(root, yaml.MappingNode)):
+        raise CardError(f"{where}: cannot parse it: not a mapping of cloud-config keys")
+    runcmd = data.get("runcmd")
+    nl = "\r\n" if "\r\n" in text else "\n"
+    if "runcmd" not in data:
+        merged = text + ("" if text.endswith(("\n", "\r")) else nl)
+        merged += f"{nl}# da3-edge: install at first boot (da3-edge card){nl}"
+        merged += f"runcmd:{nl}- {ENTRY_TEXT}{nl}"
+    elif not isinstance(runcmd, list):
+        raise CardError(f"{where}: runcmd is not a list")
+    elif ENTRY in runcmd:
+        return None
+    else:
+        ours = [
+            i
+            for i, item in enumerate(runcmd)
+            if FIRST_BOOT in str(item)
+            or f"/boot/firmware/{BUNDLE}/scripts/install-pi.sh" in str(item)
+        ]
+        if ours:
+            raise CardError(
+                f"{where}: runcmd entry {ours[0] + 1} already runs da3-edge in another form: "
+                "remove it and run da3-edge card again"
+            )
+        assert root is not None
+        node = next(v for k, v in root.value if k.value == "runcmd")
+        merged = _append_item(text, node, nl)
+    again = yaml.safe_load(merged)
+    if again != {**data, "runcmd": [*(runcmd or []), ENTRY]}:
+        raise CardError(f"{where}: cannot add the install step to its runcmd list safely")
+    return merged
+
+
+def _append_item(text: str, node: Any, nl: str) -> str:
+    """``text`` with ENTRY after the last item of the sequence ``node`` (PyYAML's)."""
+    if node.flow_style:  # runcmd: [a, b] -- before the closing bracket
+        close = text.rindex("]", 0, node.end_mark.index)
+        return text[:close] + (", " if node.value else "") + ENTRY_TEXT + text[close:]
+    last = node.value[-1].end_mark.index
+    if text[last - 1] == "\n":
+        at, lead = last, ""  # the item took its whole lines (a block scalar, a nested list)
+    else:
+        line_end = text.find("\n", last)  # after its line (which may end in a comment)
+        at, lead = (len(text), nl) if line_end < 0 else (line_end + 1, "")
+    item = f"{lead}{' ' * node.start_mark.column}- {ENTRY_TEXT}{nl}"
+    return text[:at] + item + text[at:]
+
+
+def _bundle_sources(
+    checkout: Path, models: Path, wheel: Path, config: Path | None
+) -> dict[str, Path]:
+    """Each file of the bundle, relative to the boot partition -> where its bytes are."""
+    files: dict[str, Path] = {}
+    for rel in CHECKOUT_FILES:
+        src = checkout / rel
+        dest = f"{BUNDLE}/first-boot.sh" if rel == "scripts/pi/first-boot.sh" else f"{BUNDLE}/{rel}"
+        if src.is_dir():
+            for path in sorted(src.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    files[f"{dest}/{path.relative_to(src).as_posix()}"] = path
+        else:
+            files[dest] = src
+    files[f"{BUNDLE}/dist/{wheel.name}"] = wheel
+    from edge.models import Manifest
+
+    manifest = Manifest.load(models)
+    files[f"{BUNDLE}/models/manifest.json"] = manifest.path
+    for artifact in manifest.artifacts:
+        files[f"{BUNDLE}/models/{artifact.file}"] = manifest.artifact_path(artifact)
+    if config is not None:
+        files[f"{BUNDLE}/da3-edge.toml"] = config
+    return files
+
+
+def same_bytes(a: Path, b: Path) -> bool:
+    try:
+        if a.stat().st_size != b.stat().st_size:
+            return False
+        with a.open("rb") as fa, b.open("rb") as fb:
+            while True:
+                x, y = fa.read(1 << 20), fb.read(1 << 20)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+    except OSError:
+        return False
+
+
+def _walk(top: Path) -> Iterator[Path]:
+    if top.is_dir():
+        yield from (p for p in top.rglob("*") if p.is_file())
+
+
+def plan(
+    boot: Path,
+    *,
+    models: Path,
+    wheel: Path,
+    checkout: Path,
+    config: Path | None = None,
+) -> Plan:
+    """Every check, nothing written: what ``apply`` would do, or CardError."""
+    user_data = check_partition(boot)
+    try:
+        text = user_data.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CardError(f"{user_data}: cannot read it ({exc})") from None
+    result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
+    sources = _bundle_sources(checkout, models, wheel, config)
+    for rel, src in sources.items():
+        if not src.is_file():
+            raise CardError(f"{src}: missing from the checkout (needed on the card as {rel})")
+        dest = boot / rel
+        if not same_bytes(src, dest):
+            result.files[rel] = src
+    wanted = {boot / rel for rel in sources}
+    result.stale = sorted(p for p in _walk(boot / BUNDLE) if p not in wanted)
+    try:
+        st = os.statvfs(boot)
+    except OSError as exc:
+        raise CardError(f"{boot}: cannot read its free space ({exc})") from None
+    unit = max(st.f_frsize, 512)
+    result.free_bytes = st.f_bavail * st.f_frsize
+    result.need_bytes = SLACK_BYTES + sum(
+        -(-src.stat().st_size // unit) * unit for src in result.files.values()
+    )
+    freed = sum((boot / rel).stat().st_size for rel in result.files if (boot / rel).is_file())
+    freed += sum(p.stat().st_size for p in result.stale)
+    if result.files and result.need_bytes > result.free_bytes + freed:
+        raise CardError(
+            f"{boot}: {result.free_bytes / 1e6:.1f} MB free, the bundle needs "
+            f"{result.need_bytes / 1e6:.1f} MB: nothing written (fewer models, e.g. "
+            "`da3-edge export --precision fp16`, or models from a URL: "
+            "docs/how-to/raspberry-pi.md)"
+        )
+    return result
+
+
+def _write_copy(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_text(dest: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(text.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def apply(p: Plan, progress: Callable[[str], None]) -> None:
+    """Write what ``plan`` found different: the bundle first, user-data last (a card
+    whose copy stopped half-way does not run an install from half a bundle)."""
+    total = sum(src.stat().st_size for src in p.files.values())
+    done = 0
+    for path in p.stale:
+        path.unlink()
+        progress(f"removed {path.relative_to(p.boot)}")
+    for rel, src in p.files.items():
+        size = src.stat().st_size
+        try:
+            _write_copy(src, p.boot / rel)
+        except OSError as exc:
+            raise CardError(f"{p.boot / rel}: cannot write it ({exc.strerror or exc})") from None
+        done += size
+        if size >= 1 << 20:
+            progress(
+                f"copied {rel} ({size / 1e6:.1f} MB; {done / 1e6:.0f} of {total / 1e6:.0f} MB)"
+            )
+    if p.files:
+        progress(f"bundle: {len(p.files)} files written ({total / 1e6:.1f} MB)")
+    if p.user_data is not None:
+        _write_text(p.user_data_path, p.user_data)
+        progress(f"user-data: runcmd runs {FIRST_BOOT} at first boot")
+    if hasattr(os, "sync"):
+        os.sync()
+
+
+def build_wheel(checkout: Path, out: Path) -> Path:
+    """A wheel of the checkout (``uv build``: reproducible, so the same code gives the
+    same bytes and a second ``card`` run copies nothing)."""
+    uv = shutil.which("uv")
+    if uv is None:
+        raise CardError(
+            "uv not found to build a wheel of the checkout: install uv, or pass --wheel"
+        )
+    proc = subprocess.run(
+        [uv, "--no-config", "build", "--quiet", "--wheel", "--out-dir", str(out), str(checkout)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    wheels = sorted(out.glob("da3_edge-*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
+        raise CardError(f"building a wheel of {checkout} failed: {tail}")
+    return wheels[0]

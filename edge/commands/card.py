@@ -1,0 +1,100 @@
+"""``da3-edge card``: make a card Raspberry Pi Imager wrote install da3-edge at first boot.
+
+The work is in ``edge.card``: every check before the first byte is written, then only
+what differs. See docs/how-to/raspberry-pi.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from edge import card
+from edge.commands import models as models_command
+from edge.errors import CardError, EdgeError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge card",
+        description="Prepare the boot partition of a Raspberry Pi OS (trixie) card that "
+        "Raspberry Pi Imager wrote: copy the installer, a wheel, the models and a config "
+        f"into {card.BUNDLE}/ there, and add one runcmd entry to Imager's user-data "
+        "(every key Imager wrote stays). At first boot cloud-init installs da3-edge as a "
+        "service, then the bundle is removed; a failed install leaves "
+        "da3-edge-install-failed.txt on the partition. Checks everything before writing "
+        "anything; a second run changes nothing. Run from a da3-edge checkout.",
+    )
+    p.add_argument("bootfs", metavar="BOOTFS", help="the mounted boot partition")
+    p.add_argument(
+        "--models",
+        metavar="DIR",
+        required=True,
+        help="model directory to install (checked as `da3-edge models --verify` does)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the daemon's config for the Pi (checked first; default: the installer's)",
+    )
+    p.add_argument(
+        "--wheel",
+        metavar="FILE",
+        help="the da3-edge wheel to install (default: one built from this checkout)",
+    )
+    return p
+
+
+def _verify_models(directory: Path) -> None:
+    from edge.models import Manifest
+
+    manifest = Manifest.load(directory)
+    for artifact in [*manifest.cores(), *manifest.stage_programs()]:
+        try:
+            models_command.check(manifest, artifact)
+        except EdgeError as exc:
+            raise CardError(f"--models {directory}: {exc}") from None
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    boot = Path(ns.bootfs)
+    checkout = card.checkout_root()
+    if checkout is None:
+        raise CardError(
+            "da3-edge card needs a da3-edge checkout (the installer, requirements/, "
+            "systemd/, docs/): run it from the clone's environment (uv run da3-edge card)"
+        )
+    card.check_partition(boot)  # the cheap refusals before the models are loaded
+    models = Path(ns.models)
+    _verify_models(models)
+    config = Path(ns.config) if ns.config else None
+    if config is not None:
+        from edge import config as config_mod
+
+        config_mod.load(config)  # file:line: section.key for the first bad value
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as tmp:
+        if ns.wheel:
+            wheel = Path(ns.wheel)
+            if (
+                wheel.suffix != ".whl"
+                or not wheel.name.startswith("da3_edge-")
+                or not wheel.is_file()
+            ):
+                raise CardError(f"--wheel {wheel}: not a da3_edge-*.whl file")
+        else:
+            wheel = card.build_wheel(checkout, Path(tmp))
+        todo = card.plan(boot, models=models, wheel=wheel, checkout=checkout, config=config)
+        if not todo.changes:
+            print(f"{boot}: ready already, nothing changed")
+            return 0
+        card.apply(todo, say)
+    print(f"{boot}: ready; at first boot the Pi installs da3-edge ({wheel.name}) and starts it")
+    return 0

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# da3-edge's first boot, from the bundle `da3-edge card` put on the boot partition
+# (/boot/firmware/da3-edge/): cloud-init's runcmd runs it once. It installs from the
+# bundle with scripts/install-pi.sh, logging to /var/log/da3-edge-install.log. Then:
+#   installed  the bundle is removed (the FAT partition is small: ~200 MB of models);
+#   failed     the bundle stays and /boot/firmware/da3-edge-install-failed.txt says
+#              why, readable on the laptop the card goes back to.
+# Run it again by hand to retry: sudo bash /boot/firmware/da3-edge/first-boot.sh
+set -uo pipefail
+
+main() {
+    local here boot log failed wheel rc
+    here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+    boot=$(dirname "$here")
+    log=/var/log/da3-edge-install.log
+    failed=$boot/da3-edge-install-failed.txt
+    local args=(--models "$here/models")
+    for wheel in "$here"/dist/da3_edge-*.whl; do args+=(--from "$wheel"); done
+    [ -f "$here/da3-edge.toml" ] && args+=(--config "$here/da3-edge.toml")
+    echo "da3-edge first boot: $(date -u +%FT%TZ), install-pi.sh ${args[*]}" >>"$log"
+    bash "$here/scripts/install-pi.sh" "${args[@]}" 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ]; then
+        rm -f "$failed"
+        rm -rf "$here"
+        echo "da3-edge first boot: installed; the bundle is removed from $boot" | tee -a "$log"
+    else
+        {
+            echo "da3-edge: the install at first boot failed (exit $rc), $(date -u +%FT%TZ)."
+            echo "The last lines of $log on the Pi:"
+            echo
+            tail -n 25 "$log"
+            echo
+            echo "The bundle is still on this partition. After fixing the cause (the network,"
+            echo "say), retry on the Pi: sudo bash $here/first-boot.sh"
+        } >"$failed.tmp" && mv "$failed.tmp" "$failed"
+        echo "da3-edge first boot: FAILED (exit $rc); see $failed" | tee -a "$log"
+    fi
+    sync
+    return "$rc"
+}
+
+# One call, parsed whole before it runs: the script's own file goes with the bundle.
+main "$@"
+exit

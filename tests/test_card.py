@@ -1,0 +1,349 @@
+"""``da3-edge card`` on a real FAT boot partition, as Raspberry Pi Imager leaves it.
+
+Each card is a FAT image made with mkfs.vfat, Imager's files put on it with mtools, then
+mounted with fusefat (this machine's kernel has no vfat) for ``da3-edge card`` to work
+on, as it would on the mounted card of a laptop. What a Pi's first boot does with the
+card is tests/test_vm.py's; here: what the card holds afterwards, and the refusals,
+each one line with nothing written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edge import card
+
+from . import fat
+from .conftest import ROOT, require_tool, run_cli
+
+# What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
+# hostname, user with a password hash and an SSH key, locale, Wi-Fi, SSH, its `rpi:`
+# settings and its own runcmd entries.
+IMAGER_USER_DATA = """#cloud-config
+# This file was written by Raspberry Pi Imager.
+hostname: depthcam
+manage_etc_hosts: true
+packages:
+- avahi-daemon
+apt:
+  conf: |
+    Acquire {
+      Check-Date "false";
+    };
+
+timezone: Europe/London
+keyboard:
+  model: pc105
+  layout: "gb"
+
+users:
+- name: owner
+  groups: users,adm,dialout,audio,netdev,video,plugdev,cdrom,games,input,gpio,spi,i2c,render,sudo
+  shell: /bin/bash
+  lock_passwd: false
+  passwd: $5$Zq0m8cXKe1$6pQ0sL0F0eWJ8wVq1jJxgDn7l2L2U4g1d4uCq9Yy0Y7
+  ssh_authorized_keys:
+    - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOwnerKeyForTheCardTestOnly0000000000000000 owner@laptop
+  sudo: ALL=(ALL) NOPASSWD:ALL
+
+enable_ssh: true
+ssh_pwauth: false
+
+rpi:
+  interfaces:
+    serial: true
+    i2c: true
+
+runcmd:
+- localectl set-x11-keymap "gb" pc105
+- setupcon -k --force || true
+"""
+IMAGER_NETWORK_CONFIG = """network:
+  version: 2
+  wifis:
+    renderer: NetworkManager
+    wlan0:
+      dhcp4: true
+      regulatory-domain: "GB"
+      access-points:
+        "HomeNet":
+          password: "correct-horse-battery"
+      optional: true
+"""
+IMAGER_META_DATA = "instance-id: rpi-imager-1764816000000\n"
+FIRMWARE = {  # what makes a partition a Pi OS boot partition
+    "config.txt": "[all]\ndtparam=audio=on\ncamera_auto_detect=1\n",
+    "cmdline.txt": "console=serial0,115200 console=tty1 root=PARTUUID=1234-02 rootwait\n",
+    "kernel_2712.img": "not a kernel\n",
+    "issue.txt": "Raspberry Pi reference 2025-11-24\n",
+}
+
+
+def imager_files(**changes: str | None) -> dict[str, bytes]:
+    """What Imager leaves on a trixie card's boot partition; ``changes`` replace files
+    (None: leave one out)."""
+    files: dict[str, str | None] = {
+        **FIRMWARE,
+        "user-data": IMAGER_USER_DATA,
+        "network-config": IMAGER_NETWORK_CONFIG,
+        "meta-data": IMAGER_META_DATA,
+    }
+    files.update(changes)
+    return {k: v.encode() for k, v in files.items() if v is not None}
+
+
+def imager_card(tmp_path: Path, *, size_mib: int = 128, **changes: str | None) -> Path:
+    return fat.image(tmp_path / "bootfs.img", imager_files(**changes), size_mib)
+
+
+def tree_digest(top: Path) -> dict[str, str]:
+    """Every file under ``top``: relative path (in lower case: FAT's names are
+    case-insensitive, and fusefat shows 8.3 names in capitals) -> SHA-256."""
+    return {
+        str(p.relative_to(top)).casefold(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(top.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def card_models(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small models, int8 only (26 MB): a model directory as a user carries it."""
+    out = tmp_path_factory.mktemp("card-models")
+    manifest = json.loads((small_models / "manifest.json").read_text())
+    keep = [a for a in manifest["artifacts"] if a["kind"] != "core" or a["precision"] == "int8"]
+    for a in keep:
+        shutil.copyfile(small_models / a["file"], out / a["file"])
+    (out / "manifest.json").write_text(json.dumps({**manifest, "artifacts": keep}, indent=2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One wheel of this checkout for the module's cards (building it costs ~1 s each)."""
+    return card.build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+
+
+def card_cli(
+    boot: Path, models: Path, wheel: Path | None, *more: str
+) -> subprocess.CompletedProcess[str]:
+    args = ["card", str(boot), "--models", str(models), *more]
+    return run_cli([*args, "--wheel", str(wheel)] if wheel else args)
+
+
+def test_card_keeps_imagers_keys_and_adds_one_install_step(
+    tmp_path: Path, card_models: Path
+) -> None:
+    """On Imager's card: the bundle copied (the wheel built from this checkout), one
+    runcmd entry added after Imager's own, every other byte of Imager's files kept;
+    cloud-init's own schema check passes; the second run changes no file."""
+    image = imager_card(tmp_path)
+    config = tmp_path / "my.toml"
+    config.write_text('[camera]\nsource = "picamera2"\nwidth = 1536\nheight = 864\n')
+    with fat.mounted(image) as boot:
+        before = tree_digest(boot)
+        first = card_cli(boot, card_models, None, "--config", str(config))
+        print(first.stderr)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith(f"{boot}: ready; at first boot the Pi installs da3-edge")
+        after = tree_digest(boot)
+        for name in ("network-config", "meta-data", *FIRMWARE):
+            assert after[name] == before[name], name
+        text = (boot / "user-data").read_text()
+        assert text.startswith(IMAGER_USER_DATA), "Imager's text is not kept as it was"
+        assert text[len(IMAGER_USER_DATA) :] == f"- {card.ENTRY_TEXT}\n"
+        data, imager = yaml.safe_load(text), yaml.safe_load(IMAGER_USER_DATA)
+        assert data == {**imager, "runcmd": [*imager["runcmd"], card.ENTRY]}
+        bundle = boot / card.BUNDLE
+        assert len(list((bundle / "dist").glob("da3_edge-*.whl"))) == 1
+        assert (bundle / "da3-edge.toml").read_text() == config.read_text()
+        assert tree_digest(bundle / "models") == tree_digest(card_models)
+        for rel in card.CHECKOUT_FILES:
+            if rel != "scripts/pi/first-boot.sh":
+                assert (bundle / rel).exists(), rel
+        assert (bundle / "first-boot.sh").read_bytes() == (
+            ROOT / "scripts/pi/first-boot.sh"
+        ).read_bytes()
+        schema = subprocess.run(
+            [
+                require_tool("cloud-init", "scripts/install-host-packages.sh cloud-init"),
+                "schema",
+                "--config-file",
+                str(boot / "user-data"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert schema.returncode == 0 and "Valid cloud-config" in schema.stdout, (
+            schema.stdout + schema.stderr
+        )
+
+        second = card_cli(boot, card_models, None, "--config", str(config))
+        assert second.returncode == 0, second.stderr
+        assert second.stdout == f"{boot}: ready already, nothing changed\n"
+        assert tree_digest(boot) == after
+    # Unmounted, the FAT image holds it: read back with mtools, not through fusefat.
+    models = fat.listing(image, "::/da3-edge/models")
+    assert models is not None and "manifest.json" in models
+    assert fat.read(image, "user-data") == text.encode()
+
+
+def test_card_without_runcmd_gets_one(tmp_path: Path, card_models: Path, wheel: Path) -> None:
+    """A user-data without ``runcmd`` (Imager without the keyboard settings) gets the key."""
+    plain = IMAGER_USER_DATA.split("\nruncmd:")[0]
+    with fat.mounted(imager_card(tmp_path, **{"user-data": plain})) as boot:
+        proc = card_cli(boot, card_models, wheel)
+        assert proc.returncode == 0, proc.stderr
+        data = yaml.safe_load((boot / "user-data").read_text())
+        assert data == {**yaml.safe_load(plain), "runcmd": [card.ENTRY]}
+        assert (boot / "user-data").read_text().startswith(plain)
+
+
+REFUSALS = {
+    "not a boot partition": (
+        {"config.txt": None, "cmdline.txt": None},
+        "not a Raspberry Pi OS boot partition (no config.txt and cmdline.txt)",
+    ),
+    "bookworm": (
+        {
+            "user-data": None,
+            "network-config": None,
+            "meta-data": None,
+            "firstrun.sh": "#!/bin/bash\n# Imager's bookworm customisation\n",
+        },
+        "a bookworm card (no cloud-init user-data): the first boot cannot install there; "
+        "boot it and run scripts/install-pi.sh over SSH (docs/how-to/raspberry-pi.md, 3b)",
+    ),
+    "user-data unparseable": (
+        {"user-data": "#cloud-config\nhostname: pi\nusers:\n- name: a\n  groups: [x\n"},
+        "/user-data: cannot parse it: line 6: expected ',' or ']', but got '<stream end>'",
+    ),
+    "user-data not cloud-config": (
+        {"user-data": "hostname: pi\n"},
+        "/user-data: not cloud-config (its first line is not #cloud-config)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=list(REFUSALS))
+def test_card_refusals_are_one_line_and_write_nothing(
+    tmp_path: Path, card_models: Path, wheel: Path, case: str
+) -> None:
+    changes, message = REFUSALS[case]
+    with fat.mounted(imager_card(tmp_path, **changes)) as boot:
+        before = tree_digest(boot)
+        proc = card_cli(boot, card_models, wheel)
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith("da3-edge: error: ") and proc.stderr.rstrip().endswith(
+            message
+        ), proc.stderr
+        assert tree_digest(boot) == before
+
+
+def test_card_without_room_refuses_before_the_first_byte(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    """A 16 MB partition cannot take 26 MB of models: refused from the free space the
+    file system reports, with nothing copied."""
+    with fat.mounted(imager_card(tmp_path, size_mib=16)) as boot:
+        before = tree_digest(boot)
+        proc = card_cli(boot, card_models, wheel)
+        assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert "MB free, the bundle needs" in proc.stderr and "nothing written" in proc.stderr
+        assert tree_digest(boot) == before
+        assert not (boot / card.BUNDLE).exists()
+
+
+def test_card_refuses_models_that_fail_verification(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    bad = tmp_path / "models"
+    shutil.copytree(card_models, bad)
+    core = next(bad.glob("*.tflite"))
+    data = bytearray(core.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    core.write_bytes(bytes(data))
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        before = tree_digest(boot)
+        proc = card_cli(boot, bad, wheel)
+        assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert f"--models {bad}: " in proc.stderr and "SHA-256" in proc.stderr, proc.stderr
+        assert tree_digest(boot) == before
+
+
+def test_template_entry_is_the_one_card_adds() -> None:
+    template = yaml.safe_load((ROOT / "scripts/pi/user-data.yaml").read_text())
+    assert template == {"runcmd": [card.ENTRY]}
+
+
+def first_boot(
+    tmp_path: Path, installer_rc: int
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """scripts/pi/first-boot.sh from a bundle on a stand-in boot partition, the installer
+    replaced by a stub that exits ``installer_rc``; /var/log a tmpfs of its own (a mount
+    namespace), so the log it writes is the test's."""
+    boot = tmp_path / "firmware"
+    bundle = boot / card.BUNDLE
+    (bundle / "scripts").mkdir(parents=True)
+    (bundle / "dist").mkdir()
+    (bundle / "models").mkdir()
+    (bundle / "dist" / "da3_edge-0.1.0-py3-none-any.whl").write_bytes(b"")
+    (bundle / "da3-edge.toml").write_text("")
+    shutil.copy(ROOT / "scripts/pi/first-boot.sh", bundle / "first-boot.sh")
+    (bundle / "scripts" / "install-pi.sh").write_text(
+        f'printf "%s\\n" "$@" > {tmp_path}/args\necho "==> a step"\necho "stub installer" >&2\nexit {installer_rc}\n'
+    )
+    logs = tmp_path / "log"
+    logs.mkdir()
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            f"mount --bind {logs} /var/log && exec bash {bundle}/first-boot.sh",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return proc, boot, logs / "da3-edge-install.log"
+
+
+def test_first_boot_removes_the_bundle_after_an_install(tmp_path: Path) -> None:
+    proc, boot, log = first_boot(tmp_path, 0)
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    bundle = boot / card.BUNDLE
+    assert args == [
+        "--models",
+        f"{bundle}/models",
+        "--from",
+        f"{bundle}/dist/da3_edge-0.1.0-py3-none-any.whl",
+        "--config",
+        f"{bundle}/da3-edge.toml",
+    ]
+    assert not bundle.exists() and not (boot / "da3-edge-install-failed.txt").exists()
+    assert "stub installer" in log.read_text() and "the bundle is removed" in log.read_text()
+
+
+def test_first_boot_leaves_the_bundle_and_a_note_after_a_failure(tmp_path: Path) -> None:
+    proc, boot, log = first_boot(tmp_path, 3)
+    assert proc.returncode == 3
+    assert (boot / card.BUNDLE / "first-boot.sh").exists()
+    note = (boot / "da3-edge-install-failed.txt").read_text()
+    print(note)
+    assert note.startswith("da3-edge: the install at first boot failed (exit 3)")
+    assert "==> a step" in note and "stub installer" in note
+    assert f"sudo bash {boot}/{card.BUNDLE}/first-boot.sh" in note
+    assert "FAILED (exit 3)" in log.read_text()
