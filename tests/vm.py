@@ -9,7 +9,7 @@ files) reaches it over 9p, a unit in the image runs it, writes its output and ex
 status back, and powers off. The VM never outlives ``run``: on a timeout qemu is killed
 and the console's last lines are in the failure. The image also has cloud-init, set up
 as Raspberry Pi OS trixie sets it up, for a first boot from a FAT ``bootfs`` partition
-(``boot_partition``); other boots turn it off on the kernel command line.
+(tests/fat.py makes one); other boots turn it off on the kernel command line.
 
 qemu runs with TCG, not KVM: this machine's ``/dev/kvm`` opens, but its instruction
 emulator stops Debian's kernel early ("KVM internal error ... emulation failure" on a
@@ -45,11 +45,13 @@ PACKAGES = (
     # ffmpeg output imports it at package import).
     "python3-prctl,"
     # First boot as on Raspberry Pi OS trixie: cloud-init (off unless a boot asks for
-    # it: ``cloud-init=disabled`` on the kernel command line), a DHCP client for its
-    # network (Pi OS uses NetworkManager; ifupdown is Debian's smaller default), and what
-    # Pi OS Lite has that cloud-init and Imager's user-data rely on (SSH, sudo, time
-    # zones, D-Bus for systemd-run, resize2fs for cloud-init's resizefs).
-    "cloud-init,ifupdown,ca-certificates,openssh-server,sudo,tzdata,dbus,e2fsprogs,"
+    # it: ``cloud-init=disabled`` on the kernel command line), its network as Pi OS has
+    # it (netplan, which cloud-init renders Imager's network-config to, for
+    # NetworkManager, which also brings the wired port up by itself), and what Pi OS Lite
+    # has that cloud-init and Imager's user-data rely on (SSH, sudo, time zones, D-Bus for
+    # systemd-run, resize2fs for cloud-init's resizefs).
+    "cloud-init,network-manager,netplan.io,ca-certificates,openssh-server,sudo,tzdata,dbus,"
+    "e2fsprogs,"
     # The installer's own apt packages, there already: installing them emulated costs a
     # first boot minutes (its apt path runs for real in the aarch64 lane's installer step).
     "python3-venv,g++"
@@ -255,6 +257,8 @@ mkdir -p /job/frames /opt/picamera2 /opt/src
 mount -t 9p -o trans=virtio,version=9p2000.L,ro picamera2 /opt/picamera2
 mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
 part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; }
+# Frames the store has published (frames/<10 digits>), not those being written (.tmp-*).
+published() { ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{10}$'; }
 
 # libcamera has no camera until its virtual pipeline handler's YAML is in place.
 virtual_camera() {
@@ -269,7 +273,7 @@ PYPATH=/opt/src/tests/vm_picamera2:/opt/picamera2
 PY=/opt/da3-edge/venv/bin/python
 
 # daemon FRAMES [WAIT]: the unit (re)started with the picamera2 config, until FRAMES
-# frames are in the store (or WAIT s, default 240), then stopped; the frames, the last
+# frames are published (or WAIT s have passed, default 240), then stopped; the frames, the last
 # status.json and the journal go to /job. The last part of a job (set -e).
 daemon() {
     set -e
@@ -289,9 +293,10 @@ daemon() {
     systemctl daemon-reload
     systemctl start da3-edge
     n=0
-    until [ "$(ls /run/da3-edge/frames 2>/dev/null | wc -l)" -ge "$1" ] || [ $n -ge "${2:-240}" ]; do
+    until [ "$(published)" -ge "$1" ] || [ $n -ge "${2:-240}" ]; do
         sleep 1; n=$((n + 1))
     done
+    echo "waited $n s for $(published) frames"
     systemctl show -p ActiveState -p NRestarts -p StatusText da3-edge
     echo "memory.peak: $(cat /sys/fs/cgroup/system.slice/da3-edge.service/memory.peak)"
     ls /run/da3-edge/frames
@@ -343,8 +348,11 @@ def camera_shares(lay_out: bool = False) -> dict[str, Path]:
     return shares | {"deps": runtime_deps()} if lay_out else shares
 
 
-# From requirements/apt.txt; the last three for a first boot (overlay, boot_partition).
-TOOLS = ("qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv", "qemu-img", "mkfs.vfat", "mcopy")
+# From requirements/apt.txt; the last four for a first boot (overlay, tests/fat.py).
+TOOLS = (
+    "qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv", "qemu-img", "mkfs.vfat", "mcopy",
+    "fusefat",
+)  # fmt: skip
 
 
 def missing_tools() -> list[str]:
@@ -380,7 +388,7 @@ def run(
 
     By default every boot is a first one on the image as built (``-snapshot``); with
     ``disk`` (from ``overlay``) the boot writes to that disk and the next boot of it
-    sees what this one did. ``drives`` are more raw disks (``boot_partition``);
+    sees what this one did. ``drives`` are more raw disks (a FAT boot partition);
     ``network`` gives the VM qemu's user-mode network (NAT to the host's); cloud-init
     runs only with ``cloud_init``."""
     vm = image()
@@ -441,18 +449,6 @@ def overlay(path: Path) -> Path:
     so that a second boot starts from where the first one left off."""
     _must(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image() / "root.img"),
            "-F", "raw", str(path)])  # fmt: skip
-    return path
-
-
-def boot_partition(path: Path, tree: Path, size_mib: int = 256) -> Path:
-    """A FAT disk labelled ``bootfs`` holding ``tree``, as the Pi's boot partition (the
-    image mounts it at /boot/firmware): cloud-init's NoCloud seed and whatever sits
-    beside it."""
-    path.unlink(missing_ok=True)
-    _must(["mkfs.vfat", "-n", "bootfs", "-C", str(path), str(size_mib * 1024)])
-    entries = [str(p) for p in sorted(tree.iterdir())]
-    if entries:
-        _must(["mcopy", "-s", "-i", str(path), *entries, "::/"], env={"MTOOLS_SKIP_CHECK": "1"})
     return path
 
 
