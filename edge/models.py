@@ -93,6 +93,11 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _plain_name(name: str) -> bool:
+    """A file in the folder itself: no path, no way out of it."""
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
 @dataclass
 class Artifact:
     """One file of a model directory, as the manifest describes it."""
@@ -124,6 +129,11 @@ class Artifact:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> Artifact:
+        if isinstance(data, dict) and "file" in data and not _plain_name(str(data["file"])):
+            raise ManifestError(
+                f"{where}: artifact file {str(data['file'])!r} must be a plain file name in "
+                "the model folder"
+            )
         try:
             shape = tuple(int(v) for v in data["shape"])
             if len(shape) != 2:

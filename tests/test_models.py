@@ -16,6 +16,7 @@ from edge.models import (
     default_models_dir,
     parse_shape,
     resolve_models_dir,
+    sha256_file,
 )
 
 
@@ -108,6 +109,18 @@ def test_missing_manifest_says_how_to_get_a_model(tmp_path: Path) -> None:
 def test_bad_manifest_is_refused(tmp_path: Path, content: str) -> None:
     (tmp_path / "manifest.json").write_text(content)
     with pytest.raises(ManifestError):
+        Manifest.load(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["/etc/hostname", "../outside.tflite", "sub/m.tflite", "..", ""])
+def test_a_manifest_file_outside_its_folder_is_refused(tmp_path: Path, name: str) -> None:
+    """A manifest names files in its own folder only: an absolute path or a way out of
+    the folder would let a model check (and the hash that matches) read any file."""
+    target = Path("/etc/hostname")
+    entry = {"file": name, "kind": "core", "shape": [14, 14], "precision": "fp32",
+             "bytes": target.stat().st_size, "sha256": sha256_file(target)}  # fmt: skip
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "artifacts": [entry]}))
+    with pytest.raises(ManifestError, match="must be a plain file name in the model folder"):
         Manifest.load(tmp_path)
 
 
