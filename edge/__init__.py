@@ -22,6 +22,7 @@ from edge.errors import (
     OutputError,
     ShapeError,
     StagesUnavailable,
+    UnsafeStore,
     UsageError,
     WeightsError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "OutputError",
     "ShapeError",
     "StagesUnavailable",
+    "UnsafeStore",
     "UsageError",
     "WeightsError",
     "__version__",

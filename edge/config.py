@@ -9,6 +9,7 @@ found, the line.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -73,6 +74,11 @@ class ServeConfig:
     basic_auth_file: str = ""
     max_age: float = 10.0
     clients: int = 8
+    hosts: tuple[str, ...] = ()
+    connections: int = 128
+    header_timeout: float = 10.0
+    send_timeout: float = 10.0
+    downloads: int = 8
 
 
 @dataclass(frozen=True)
@@ -82,14 +88,21 @@ class MqttConfig:
     port: int = 1883
     username: str = ""
     password_file: str = ""
+    tls: bool = False
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    allow_plaintext_password: bool = False
     device_id: str = ""
     state_max_rate: float = 2.0
     preview: bool = False
     preview_max_rate: float = 1.0
     queue_limit: int = 100
+
+    @property
+    def tls_on(self) -> bool:
+        """TLS to the broker: asked for, or implied by a CA file or a client certificate."""
+        return self.tls or bool(self.tls_ca) or bool(self.tls_cert)
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,7 @@ def parse(text: str, path: str | None = None, parts: Collection[str] = DAEMON_PA
         defaults = cls()
         values = {}
         for key, raw in value.items():
-            if not hasattr(defaults, key):
+            if key not in defaults.__dataclass_fields__:
                 known = ", ".join(defaults.__dataclass_fields__)
                 raise ConfigError(f"{_where(path, text, name, key)}: unknown key (known: {known})")
             values[key] = _coerce(raw, getattr(defaults, key), _where(path, text, name, key))
@@ -274,6 +287,26 @@ def _validate_serve(serve: ServeConfig, fail: Fail) -> None:
         fail("serve", "max_age", "must be positive")
     if not 1 <= serve.clients <= 256:
         fail("serve", "clients", "must be 1 to 256")
+    if not serve.clients < serve.connections <= 4096:
+        fail("serve", "connections", "must be more than serve.clients and at most 4096")
+    for key in ("header_timeout", "send_timeout"):
+        if not 0 < getattr(serve, key) <= 600:
+            fail("serve", key, "must be more than 0 and at most 600 (seconds)")
+    if not 1 <= serve.downloads <= 256:
+        fail("serve", "downloads", "must be 1 to 256")
+    bad = [h for h in serve.hosts if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", h)]
+    if bad:
+        fail("serve", "hosts", f"has names that are not host names: {bad}")
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (a name could resolve to anything)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _validate_mqtt(mqtt: MqttConfig, fail: Fail) -> None:
@@ -286,6 +319,18 @@ def _validate_mqtt(mqtt: MqttConfig, fail: Fail) -> None:
     if bool(mqtt.tls_cert) != bool(mqtt.tls_key):
         fail(
             "mqtt", "tls_cert" if mqtt.tls_key else "tls_key", "goes with tls_cert and tls_key both"
+        )
+    if (
+        mqtt.password_file
+        and not mqtt.tls_on
+        and not is_loopback(mqtt.host)
+        and not mqtt.allow_plaintext_password
+    ):
+        fail(
+            "mqtt",
+            "password_file",
+            f"would go to {mqtt.host} in clear: set mqtt.tls = true (the system's CAs) or "
+            "mqtt.tls_ca, or mqtt.allow_plaintext_password = true to send it anyway",
         )
     if mqtt.device_id and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", mqtt.device_id):
         fail("mqtt", "device_id", "must be 1-64 of A-Z a-z 0-9 _ - (it is part of topics)")

@@ -1,24 +1,31 @@
-"""Secrets in files: a token, a password, ``user:password``.
+"""Secrets in files: a token, a password, ``user:password``, a TLS private key.
 
-A secret file must be a regular file (not a link) owned by the user the service runs
-as, readable by no one else (mode 0600 or stricter); anything else is refused with one
-line that names the config key, the file and the fix. Root could read any file, so the
-check is on the owner and mode bits themselves, not on whether the read succeeds.
+A secret file must be a regular file (not a link, not a FIFO: it is opened without
+blocking) owned by the user the service runs as, readable by no one else (mode 0600 or
+stricter); anything else is refused with one line that names the config key, the file
+and the fix. Root could read any file, so the check is on the owner and mode bits
+themselves, not on whether the read succeeds.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import stat
+import string
 
 from edge.errors import ConfigError
 
+MAX_BYTES = 64 * 1024  # a PEM key with its chain fits; a secret is never bigger
+TOKEN_BITS = 128
 
-def read_secret(path: str, key: str) -> bytes:
-    """The first line of ``path``, which only its owner (this user) may read; ConfigError
+
+def read_secret_file(path: str, key: str) -> bytes:
+    """The whole of ``path``, which only its owner (this user) may read; ConfigError
     naming ``key`` (the config key that named the file) and the fix if not."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, flags)
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path} ({exc.strerror or exc})") from None
     try:
@@ -35,11 +42,40 @@ def read_secret(path: str, key: str) -> bytes:
                 f"{key}: {path} can be read by others (mode {stat.S_IMODE(st.st_mode):o});"
                 f" chmod 600 {path}"
             )
-        data = os.read(fd, 4096)
+        return os.read(fd, MAX_BYTES)
     finally:
         os.close(fd)
+
+
+def read_secret(path: str, key: str) -> bytes:
+    """The first line of a secret file (``read_secret_file``); ConfigError if empty."""
+    data = read_secret_file(path, key)
     line = data.decode("utf-8", "replace").strip().splitlines()
     secret = line[0].strip() if line else ""
     if not secret:
         raise ConfigError(f"{key}: {path} is empty")
     return secret.encode()
+
+
+def token_bits(token: str) -> float:
+    """An upper bound of a token's entropy: its length times the bits of the smallest
+    alphabet of common classes (digits, lower, upper, other) its characters come from.
+    A random 16-byte token in hex or base64 is over 128; a word with digits is not."""
+    pool = 0
+    for chars in (string.digits, string.ascii_lowercase, string.ascii_uppercase):
+        if any(c in chars for c in token):
+            pool += len(chars)
+    if any(not c.isascii() or not c.isalnum() for c in token):
+        pool += 33  # punctuation, space, anything else
+    return len(token) * math.log2(pool) if pool else 0.0
+
+
+def check_token(token: bytes, path: str, key: str) -> None:
+    """ConfigError unless the token could hold at least TOKEN_BITS of randomness."""
+    bits = token_bits(token.decode("utf-8", "replace"))
+    if bits < TOKEN_BITS:
+        raise ConfigError(
+            f"{key}: the token in {path} is too short to be guessed safely (at most "
+            f"{bits:.0f} bits, {TOKEN_BITS} needed); make one with "
+            "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )

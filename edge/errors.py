@@ -61,6 +61,11 @@ class OutputError(EdgeError, OSError):
     """An output that cannot be written (no space, read-only, not a directory)."""
 
 
+class UnsafeStore(EdgeError, PermissionError):
+    """A frame store that another user could write to or point elsewhere: a symbolic
+    link, owned by someone else, writable by group or others."""
+
+
 class ConfigError(EdgeError, ValueError):
     """A configuration file or value that cannot be used."""
 

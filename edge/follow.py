@@ -13,6 +13,14 @@ inotify (macOS, for development) it falls back to comparing ``latest``'s target 
 
 ``Follower`` is for one thread at a time: ``wait`` blocks; an asyncio caller
 (``da3-edge serve``) registers ``fileno()`` with its loop and calls ``read()``.
+
+What a reader takes from the store it checks first, because serve and publish hand it on
+(to any HTTP client, to the broker): ``latest`` must point exactly at
+``frames/<10 digits>``, and every file is opened from the store's own directory, one
+name at a time, never through a symbolic link, and must be a regular file. The store's
+directory itself must be this user's (or root's), not a link, and writable by nobody
+else (``check_root``): otherwise another local user could put frames, or links to the
+service user's files, where serve would hand them out.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ import ctypes.util
 import errno
 import json
 import os
+import re
 import select
+import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -31,6 +41,7 @@ from typing import Any
 
 from edge import layout
 from edge.closing import Closing
+from edge.errors import UnsafeStore
 
 IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
@@ -51,16 +62,85 @@ class Published:
     path: Path
 
 
+_TARGET = re.compile(rf"{layout.FRAMES}/([0-9]{{10}})")
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted where a file should be must not block the open.
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def check_root(root: Path, st: os.stat_result | None = None) -> None:
+    """UnsafeStore unless ``root`` (lstat'ed, or ``st``) is a directory of this user's or
+    root's that no one else can write to; one line each, saying what to do."""
+    st = os.lstat(root) if st is None else st
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeStore(f"store {root} is a symbolic link: give the directory it points to")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeStore(f"store {root} is not a directory")
+    if st.st_uid not in (os.geteuid(), 0):
+        raise UnsafeStore(
+            f"store {root} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+            "use a store of your own"
+        )
+    if st.st_mode & 0o022:
+        raise UnsafeStore(
+            f"store {root} can be written by group or others (mode {st.st_mode & 0o777:o}): "
+            f"chmod go-w {root}"
+        )
+
+
+def refuse_unsafe(root: Path) -> None:
+    """At start: a store that exists must pass ``check_root`` (one that does not yet is
+    made by the daemon, in a place only its user can write: ``layout.default_store_dir``)."""
+    if os.path.lexists(root):
+        check_root(root)
+
+
+def open_in(root: Path, *names: str) -> int:
+    """A read-only fd of ``root/names...``: the root checked (``check_root``), each name
+    opened from the directory before it without following a link, the last a regular
+    file. OSError (UnsafeStore is one) when any of that fails."""
+    fd = os.open(root, _DIR)
+    try:
+        check_root(root, os.fstat(fd))
+        for name in names[:-1]:
+            inner = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file = os.open(names[-1], _FILE, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(file).st_mode):
+        os.close(file)
+        raise OSError(errno.EINVAL, "not a regular file", str(root.joinpath(*names)))
+    return file
+
+
+def read_in(root: Path, *names: str) -> bytes | None:
+    """The bytes of ``root/names...`` as ``open_in`` opens it; None if that fails."""
+    try:
+        fd = open_in(root, *names)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def frame_names(seq: int, fmt: str) -> tuple[str, str, str]:
+    """The names from a store's root to a frame's file of format ``fmt``."""
+    return layout.FRAMES, f"{seq:010d}", layout.frame_file(Path(), fmt).name
+
+
 def latest(root: Path) -> Published | None:
-    """What ``root``/latest points at now (None: no frame yet, or not a store)."""
+    """What ``root``/latest points at now (None: no frame yet, not a store, or a
+    ``latest`` that points anywhere but ``frames/<10 digits>``)."""
     try:
         target = os.readlink(root / layout.LATEST)
     except OSError:
         return None
-    name = os.path.basename(target)
-    if not name.isdigit():
+    found = _TARGET.fullmatch(target)
+    if found is None:
         return None
-    return Published(int(name), root / target)
+    return Published(int(found.group(1)), root / layout.FRAMES / found.group(1))
 
 
 def published_since(root: Path, before: int | None, newest: Published) -> list[Published]:
@@ -78,14 +158,28 @@ def published_since(root: Path, before: int | None, newest: Published) -> list[P
     return [*between, newest]
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a file the daemon renames into place; None if it is not
-    there (yet, or pruned) or not an object."""
+def read_json(root: Path, *names: str) -> dict[str, Any] | None:
+    """A JSON object from a store's file the daemon renames into place (``read_in``);
+    None if it is not there (yet, or pruned), not safe to read, or not an object."""
+    raw = read_in(root, *names)
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_record(root: Path, seq: int) -> dict[str, Any] | None:
+    """A frame's record (frame.json), as ``read_json`` reads it."""
+    return read_json(root, *frame_names(seq, "json"))
+
+
+def read_store_id(root: Path) -> str | None:
+    """The store's id (``store-id``: 16 hex digits, one line), or None when it is not
+    there or not that (it goes into HTTP headers and event streams as it is)."""
+    raw = read_in(root, layout.STORE_ID)
+    text = raw.decode("ascii", "replace").strip() if raw is not None else ""
+    return text if layout.STORE_ID_FORMAT.fullmatch(text) else None
 
 
 class _Inotify:

@@ -8,7 +8,11 @@ See docs/reference/store.md.
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
+
+from edge.errors import ConfigError
 
 # What a frame is written as, and each format's file suffix after the stem.
 FORMATS = ("png", "npz", "preview", "json")
@@ -20,6 +24,7 @@ LATEST = "latest"
 STEM = "frame"
 STATUS = "status.json"  # the daemon's state (edge/daemon/status.py)
 STORE_ID = "store-id"  # one random id per store instance: frame numbers restart with it
+STORE_ID_FORMAT = re.compile(r"[0-9a-f]{16}")  # what the daemon writes (8 random bytes)
 
 
 def frame_file(frame_dir: Path, fmt: str) -> Path:
@@ -29,7 +34,9 @@ def frame_file(frame_dir: Path, fmt: str) -> Path:
 
 def default_store_dir() -> Path:
     """``$DA3_EDGE_STORE``, else systemd's ``$RUNTIME_DIRECTORY``, else /run/da3-edge
-    when writable, else ``$XDG_RUNTIME_DIR/da3-edge``, else /tmp/da3-edge-<uid>."""
+    when writable, else ``$XDG_RUNTIME_DIR/da3-edge``, else on macOS ``$TMPDIR/da3-edge``
+    (per user there). Never a shared directory such as /tmp, where another user could
+    make the store first: ConfigError instead."""
     for env in ("DA3_EDGE_STORE", "RUNTIME_DIRECTORY"):
         value = os.environ.get(env)
         if value:
@@ -39,4 +46,10 @@ def default_store_dir() -> Path:
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg:
         return Path(xdg) / "da3-edge"
-    return Path(f"/tmp/da3-edge-{os.getuid()}")
+    tmpdir = os.environ.get("TMPDIR")
+    if sys.platform == "darwin" and tmpdir:  # macOS: a folder of this user's alone
+        return Path(tmpdir) / "da3-edge"
+    raise ConfigError(
+        "no private place for the store: /run is not writable and $XDG_RUNTIME_DIR is not "
+        "set; give --store DIR (config store.dir), a directory only this user can write"
+    )

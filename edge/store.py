@@ -35,6 +35,7 @@ from typing import Any
 
 from edge import atomic, frames, layout
 from edge.depth import DepthFrame
+from edge.follow import check_root, read_store_id
 from edge.layout import FRAMES, LATEST, STORE_ID
 from edge.layout import default_store_dir as default_store_dir  # re-exported
 
@@ -78,8 +79,11 @@ class FrameStore:
 
     def prepare(self) -> None:
         """Create the directories, drop leftovers of interrupted writes, index the
-        ring. Raises OSError (read-only, no space); the daemon retries later."""
-        self.frames_dir.mkdir(parents=True, exist_ok=True)
+        ring. Raises OSError (read-only, no space); the daemon retries later; and
+        UnsafeStore for a root that is a link, someone else's, or writable by others."""
+        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        check_root(self.root)
+        self.frames_dir.mkdir(exist_ok=True)
         for entry in os.scandir(self.frames_dir):
             if entry.name.startswith(".tmp-"):
                 shutil.rmtree(entry.path, ignore_errors=True)
@@ -100,12 +104,9 @@ class FrameStore:
         made anew at boot and its frame numbers start again at 0; the id says which
         store a number belongs to (serve's ETags)."""
         path = self.root / STORE_ID
-        try:
-            text = path.read_text().strip()
-            if text:
-                return text
-        except FileNotFoundError:
-            pass
+        text = read_store_id(self.root)
+        if text is not None:
+            return text
         text = secrets.token_hex(8)
         atomic.write_bytes(path, (text + "\n").encode(), durable=False)
         return text

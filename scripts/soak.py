@@ -280,7 +280,7 @@ status_every = 2.0
 
     # -- what is measured ---------------------------------------------------------------
     def read_status(self, pid: int | None = None) -> dict[str, Any] | None:
-        status = follow.read_json(self.store / layout.STATUS)
+        status = follow.read_json(self.store, layout.STATUS)
         if status is None or (pid is not None and status.get("pid") != pid):
             return None
         return status
@@ -334,7 +334,7 @@ status_every = 2.0
                     continue
                 for frame in follow.published_since(self.store, before, newest):
                     self.consumer["seen"] += 1
-                    record = follow.read_json(frame.path / "frame.json")
+                    record = follow.read_record(self.store, frame.seq)
                     depth = frame.path / "frame.depth.png"
                     if record is not None and record.get("store_seq") == frame.seq:
                         self.consumer["read"] += 1

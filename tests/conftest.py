@@ -112,6 +112,7 @@ def run_cli(
     stdin: bytes | None = None,
     cwd: Path = ROOT,
     extra_env: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`da3-edge ARGS` in a fresh process: exit code, stdout, stderr as a user sees them."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DA3_EDGE_MODELS")}
@@ -122,6 +123,7 @@ def run_cli(
         capture_output=True,
         env=env,
         cwd=cwd,
+        timeout=timeout,
     )
     return subprocess.CompletedProcess(
         proc.args,

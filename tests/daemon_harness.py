@@ -129,8 +129,12 @@ class Command:
     """`python -m edge COMMAND ARGS` as a long-running process with its log in a file
     (serve, publish): ``log`` to read it, ``stop`` for SIGTERM and the exit code."""
 
-    def __init__(self, command: str, args: list[str], log: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")}
+    def __init__(
+        self, command: str, args: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "NOTIFY_SOCKET")} | (
+            env or {}
+        )
         env["PYTHONUNBUFFERED"] = "1"
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115

@@ -59,8 +59,10 @@ def mqtt_config(tmp: Path, port: int, *, password: str = PASSWORD, **extra: obje
 
 
 class Publish(Command):
-    def __init__(self, config: Path, store: Path, log: Path) -> None:
-        super().__init__("publish", ["--config", str(config), "--store", str(store)], log)
+    def __init__(
+        self, config: Path, store: Path, log: Path, env: dict[str, str] | None = None
+    ) -> None:
+        super().__init__("publish", ["--config", str(config), "--store", str(store)], log, env)
 
     def rss_kib(self) -> int:
         found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text())
@@ -69,8 +71,10 @@ class Publish(Command):
 
 
 @contextmanager
-def publishing(config: Path, store: Path, log: Path) -> Iterator[Publish]:
-    p = Publish(config, store, log)
+def publishing(
+    config: Path, store: Path, log: Path, env: dict[str, str] | None = None
+) -> Iterator[Publish]:
+    p = Publish(config, store, log, env)
     try:
         yield p
     finally:
@@ -289,6 +293,15 @@ def test_tls_with_the_right_ca_and_not_with_another(small_models: Path, tmp_path
             cfg = mqtt_config(tmp_path, broker.port, tls_ca=str(ca))
             with publishing(cfg, store, tmp_path / "publish.log") as pub:
                 wait(lambda: listener.on("/state"), 30, "state over TLS", pub.log)
+            # tls = true, no CA file: the system's CA store, here the CA through OpenSSL's
+            # own SSL_CERT_FILE (what `update-ca-certificates` maintains on a Pi).
+            system = tmp_path / "system"
+            system.mkdir()
+            cfg = mqtt_config(system, broker.port, tls=True)
+            seen = len(listener.on("/state"))
+            with publishing(cfg, store, system / "publish.log", {"SSL_CERT_FILE": str(ca)}) as pub:
+                wait(lambda: len(listener.on("/state")) > seen, 30, "state over TLS, system CAs",
+                     pub.log)  # fmt: skip
             assert d.stop() == 0
     finally:
         listener.close()
@@ -358,6 +371,31 @@ def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
     leaky = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)])
     assert leaky.returncode == 1
     assert f"mqtt.password_file: {secret} can be read by others (mode 644)" in leaky.stderr
+    # A password for a broker elsewhere goes only over TLS, unless asked for in clear.
+    secret.chmod(0o600)
+    remote = (
+        f'[mqtt]\nenabled = true\nhost = "192.0.2.7"\nusername = "u"\npassword_file = "{secret}"\n'
+    )
+    cfg.write_text(remote)
+    clear = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)], timeout=60)
+    assert clear.returncode == 1 and clear.stderr.count("\n") == 1, clear.stderr
+    assert (
+        f"{cfg}:5: mqtt.password_file would go to 192.0.2.7 in clear: set mqtt.tls = true "
+        "(the system's CAs) or mqtt.tls_ca, or mqtt.allow_plaintext_password = true to send it "
+        "anyway"
+    ) in clear.stderr
+    from edge import config as config_mod
+
+    assert config_mod.parse(remote + "tls = true\n", parts=("mqtt",)).mqtt.tls_on
+    assert config_mod.parse(remote + "allow_plaintext_password = true\n", parts=("mqtt",))
+    # The TLS client key is a secret like the others.
+    key = tmp_path / "client.key"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    key.chmod(0o644)
+    cfg.write_text(f'[mqtt]\nenabled = true\ntls = true\ntls_cert = "{key}"\ntls_key = "{key}"\n')
+    leaky_key = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)], timeout=60)
+    assert leaky_key.returncode == 1
+    assert f"mqtt.tls_key: {key} can be read by others (mode 644)" in leaky_key.stderr
 
 
 def test_discovery_again_when_home_assistant_comes_online(tmp_path: Path, broker: Broker) -> None:

@@ -204,7 +204,7 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
         "serve.token_file or serve.basic_auth_file (a file only you can read), or use 127.0.0.1"
     ]
     token = tmp_path / "token"
-    token.write_text("s3cret-token\n")
+    token.write_text("kQ3v_Zf8-Lw2Rt9yXa7Mn4Pb6Hc1Jd0Es5Ug\n")
     token.chmod(0o644)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\ntoken_file = "{token}"\n')
@@ -222,7 +222,10 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
         code, headers, _ = s.get("/healthz")
         assert code == 401 and headers["www-authenticate"] == 'Basic realm="da3-edge"'
         assert s.get("/healthz", {"Authorization": "Bearer wrong"})[0] == 401
-        assert s.get("/healthz", {"Authorization": "Bearer s3cret-token"})[0] == 503  # no daemon
+        assert (
+            s.get("/healthz", {"Authorization": "Bearer kQ3v_Zf8-Lw2Rt9yXa7Mn4Pb6Hc1Jd0Es5Ug"})[0]
+            == 503
+        )  # no daemon
         basic = base64.b64encode(b"viewer:pa55").decode()
         assert s.get("/healthz", {"Authorization": f"Basic {basic}"})[0] == 503
         assert s.get("/healthz", {"Authorization": "Basic !!notbase64"})[0] == 401

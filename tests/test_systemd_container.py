@@ -187,12 +187,14 @@ def test_serve_credentials_files_as_the_service_user(container: Container) -> No
     box = container
     serve = (
         "runuser -u da3-edge -- timeout 5 /opt/da3-edge/venv/bin/da3-edge serve "
-        "--config /tmp/serve.toml --store /tmp --host 0.0.0.0 --port 0"
+        "--config /tmp/serve.toml --store /tmp/no-store-yet --host 0.0.0.0 --port 0"
     )
     box.sh(
         "printf '[serve]\\ntoken_file = \"/tmp/token\"\\n' > /tmp/serve.toml; chmod 644 /tmp/serve.toml"
     )
-    box.sh("echo s3cret > /tmp/token; chown root:root /tmp/token; chmod 600 /tmp/token")
+    box.sh(
+        "echo kQ3v_Zf8-Lw2Rt9yXa7Mn4Pb6Hc1Jd0Es5Ug > /tmp/token; chown root:root /tmp/token; chmod 600 /tmp/token"
+    )
     root_owned = box.sh(serve)
     assert root_owned.returncode == 1, root_owned.stdout + root_owned.stderr
     assert "cannot read /tmp/token (Permission denied)" in root_owned.stderr

@@ -248,6 +248,24 @@ def check_dir(name: str, directory: Path, blocking: bool) -> Check:
     return Check(name, OK, detail)
 
 
+def check_store(given: Path | None) -> Check:
+    """The store ``da3-edge run`` would use: there is a private place for it, and one
+    that exists already can be trusted (edge.follow.check_root)."""
+    from edge.errors import ConfigError, UnsafeStore
+    from edge.follow import refuse_unsafe
+    from edge.layout import default_store_dir
+
+    try:
+        store = given or default_store_dir()
+    except ConfigError as exc:  # as a service user outside its unit, say
+        return Check("store", WARN, f"{exc} (under its unit the service's is /run/da3-edge)")
+    try:
+        refuse_unsafe(store)
+    except UnsafeStore as exc:
+        return Check("store", FAIL, str(exc))
+    return check_dir("store", store, blocking=True)
+
+
 def check_pi() -> list[Check]:
     out = []
     temp = Path("/sys/class/thermal/thermal_zone0/temp")
@@ -273,7 +291,6 @@ def check_pi() -> list[Check]:
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     from edge.models import resolve_models_dir
-    from edge.store import default_store_dir
 
     checks = check_platform()
     litert = check_litert()
@@ -281,9 +298,7 @@ def main(args: Sequence[str] | None = None) -> int:
     if litert.status != FAIL:  # the model check loads one with LiteRT
         checks += check_models(resolve_models_dir(ns.models))
     checks += check_cameras()
-    checks.append(
-        check_dir("store", Path(ns.store) if ns.store else default_store_dir(), blocking=True)
-    )
+    checks.append(check_store(Path(ns.store) if ns.store else None))
     checks += check_pi()
     failed = [c for c in checks if c.status == FAIL]
     if ns.json:

@@ -41,9 +41,12 @@ def main(args: Sequence[str] | None = None) -> int:
 
         Notifier.from_env().ready(why)
         return 0
+    from edge.follow import refuse_unsafe
     from edge.layout import default_store_dir
     from edge.log import setup_logging
     from edge.publish import run
 
+    store = Path(ns.store or config.store.dir or default_store_dir())
+    refuse_unsafe(store)
     setup_logging()
-    return run(config.mqtt, Path(ns.store or config.store.dir or default_store_dir()))
+    return run(config.mqtt, store)

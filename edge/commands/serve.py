@@ -44,10 +44,12 @@ def main(args: Sequence[str] | None = None) -> int:
         serve = replace(serve, port=ns.port)
     config = replace(config, serve=serve)
     config_mod.validate(config, parts=("serve",))
+    from edge.follow import refuse_unsafe
     from edge.layout import default_store_dir
     from edge.log import setup_logging
     from edge.serve import run
 
     setup_logging()
     store = Path(ns.store or config.store.dir or default_store_dir())
+    refuse_unsafe(store)
     return run(config, store)

@@ -27,6 +27,7 @@ from edge.daemon.capture import Capture, Mailbox
 from edge.daemon.inference import Inference, Results
 from edge.daemon.writer import Writer
 from edge.errors import ConfigError, EdgeError
+from edge.follow import refuse_unsafe
 from edge.pipeline import Pipeline, PipelineSpec
 from edge.store import FrameStore, default_store_dir
 from edge.systemd import Notifier
@@ -94,8 +95,9 @@ class Daemon:
         self.heartbeats: dict[str, float] = {}
         self.mailbox = Mailbox()
         self.results = Results(maxsize=2)
-        pipeline = open_pipeline(config.model)
         self.store = make_store(config.store)
+        refuse_unsafe(self.store.root)  # before minutes of model loading, in one line
+        pipeline = open_pipeline(config.model)
         self.capture = Capture(
             config.camera, self.mailbox, self.stop_event, self._beater("capture")
         )

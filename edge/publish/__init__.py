@@ -23,10 +23,18 @@ from types import FrameType
 from typing import Any
 
 from edge import layout
-from edge.config import MqttConfig
-from edge.credentials import read_secret
+from edge.config import MqttConfig, is_loopback
+from edge.credentials import read_secret, read_secret_file
 from edge.errors import ConfigError
-from edge.follow import Follower, latest, published_since, read_json
+from edge.follow import (
+    Follower,
+    frame_names,
+    latest,
+    published_since,
+    read_in,
+    read_json,
+    read_record,
+)
 from edge.publish import topics as t
 from edge.systemd import Notifier
 
@@ -66,12 +74,17 @@ class Publisher:
                 else None
             )
             client.username_pw_set(mqtt.username, password)
-        if mqtt.tls_ca or mqtt.tls_cert:
-            try:
+        if mqtt.tls_key:
+            read_secret_file(mqtt.tls_key, "mqtt.tls_key")  # like every other secret
+        if mqtt.tls_on:
+            try:  # no tls_ca: the system's CA store (ssl's default context)
                 client.tls_set(ca_certs=mqtt.tls_ca or None, certfile=mqtt.tls_cert or None,
                                keyfile=mqtt.tls_key or None)  # fmt: skip
             except (OSError, ValueError) as exc:
-                raise ConfigError(f"mqtt.tls_ca/tls_cert/tls_key: {exc}") from None
+                raise ConfigError(f"mqtt.tls/tls_ca/tls_cert/tls_key: {exc}") from None
+        elif not is_loopback(mqtt.host):
+            log.warning("mqtt: %s is not on this machine and TLS is off: what is published "
+                        "can be read on the way (mqtt.tls = true)", mqtt.host)  # fmt: skip
         client.will_set(self.topics.availability, b"offline", qos=1, retain=True)
         client.reconnect_delay_set(*BACKOFF)
         client.on_connect = self._on_connect
@@ -141,8 +154,8 @@ class Publisher:
     def counts(self) -> dict[str, int]:
         return {"queued": len(self.queue), "dropped": self.dropped, "sent": self.sent}
 
-    def on_frame(self, path: Path) -> None:
-        record = read_json(layout.frame_file(path, "json"))
+    def on_frame(self, seq: int) -> None:
+        record = read_record(self.store, seq)
         if record is None:
             return  # pruned already
         now = time.monotonic()
@@ -151,17 +164,16 @@ class Publisher:
             self._last_state = now
             self.enqueue(self.topics.state, json.dumps(t.state_payload(record)).encode())
         if self.mqtt.preview and now - self._last_preview >= 1 / self.mqtt.preview_max_rate:
-            try:
-                png = layout.frame_file(path, "preview").read_bytes()
-            except OSError:
+            png = read_in(self.store, *frame_names(seq, "preview"))
+            if png is None:
                 return
             self._last_preview = now
             self.enqueue(self.topics.preview, png, retain=True)
 
     def on_status(self) -> None:
         newest = latest(self.store)
-        record = read_json(layout.frame_file(newest.path, "json")) if newest is not None else None
-        payload = t.stats_payload(read_json(self.store / layout.STATUS), record, self.counts())
+        record = read_record(self.store, newest.seq) if newest is not None else None
+        payload = t.stats_payload(read_json(self.store, layout.STATUS), record, self.counts())
         self.enqueue(self.topics.stats, json.dumps(payload).encode(), qos=1, retain=True)
 
     def run(self) -> int:
@@ -181,7 +193,7 @@ class Publisher:
                     if newest is not None and (seen is None or newest.seq != seen.seq):
                         before = seen.seq if seen is not None else None
                         for item in published_since(self.store, before, newest):
-                            self.on_frame(item.path)
+                            self.on_frame(item.seq)
                         seen = newest
                 # status.json every few seconds, or (no daemon) every 10 s anyway.
                 if layout.STATUS in changed or time.monotonic() >= next_stats:

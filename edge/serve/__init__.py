@@ -12,8 +12,9 @@ import logging
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
-from edge.config import Config
+from edge.config import Config, is_loopback
 from edge.errors import ConfigError
 from edge.systemd import Notifier
 
@@ -43,6 +44,7 @@ def run(config: Config, store: Path) -> int:
 
     from edge.serve.app import make_app
     from edge.serve.auth import Guard, check_bind, credentials
+    from edge.serve.limits import HostCheck, Limits, protocol
 
     serve = config.serve
     creds = credentials(serve)
@@ -51,13 +53,17 @@ def run(config: Config, store: Path) -> int:
     host, port = sock.getsockname()[:2]
     app = make_app(
         store, clients=serve.clients, max_age=serve.max_age,
-        status_every=config.daemon.status_every,
+        status_every=config.daemon.status_every, downloads=serve.downloads,
     )  # fmt: skip
-    guarded = Guard(app, creds)
+    guarded: Any = Guard(app, creds)
+    if is_loopback(serve.host):
+        guarded = HostCheck(guarded, serve.hosts)
+    limits = Limits(serve.connections, serve.header_timeout, serve.send_timeout)
     # Open /events and /stream.mjpg clients get 2 s at a stop, then are closed.
     config_ = uvicorn.Config(
-        guarded, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
-    )
+        guarded, http=protocol(limits), log_level="warning", access_log=False,
+        lifespan="on", timeout_graceful_shutdown=2,
+    )  # fmt: skip
     server = uvicorn.Server(config_)
     shown = f"[{host}]" if ":" in host else host
     log.info(

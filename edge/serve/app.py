@@ -30,6 +30,8 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from edge import layout
+from edge.errors import UnsafeStore
+from edge.follow import check_root, frame_names, open_in, read_record
 from edge.serve.hub import Hub, Newest
 from edge.serve.metrics import Metrics
 
@@ -58,17 +60,22 @@ def _headers(newest: Newest) -> dict[str, str]:
     return {**NO_STORE, "ETag": newest.etag, "X-Frame-Seq": str(newest.seq)}
 
 
-async def _file_chunks(fd: int) -> AsyncIterator[bytes]:
+async def _file_chunks(fd: int, sending: asyncio.Semaphore) -> AsyncIterator[bytes]:
+    """The file, then closed and its download slot given back, however the send ends."""
     try:
         while chunk := await asyncio.to_thread(os.read, fd, CHUNK):
             yield chunk
     finally:
         os.close(fd)
+        sending.release()
 
 
-def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -> Starlette:
+def make_app(
+    root: Path, *, clients: int, max_age: float, status_every: float, downloads: int = 8
+) -> Starlette:
     """The app over the store at ``root``; see the module docstring."""
     hub = Hub(root, clients)
+    sending = asyncio.Semaphore(downloads)  # file downloads at once: each holds a file
     metrics = Metrics(hub)
 
     def newest_or_503() -> Newest | Response:
@@ -76,6 +83,10 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
         if newest is None:
             if not root.is_dir():
                 return _unavailable(f"no store at {root}")
+            try:
+                check_root(root)
+            except UnsafeStore as exc:
+                return _unavailable(str(exc))
             if os.path.lexists(root / layout.LATEST):
                 return _unavailable(
                     "the newest frame is gone (the store is being pruned or made anew)"
@@ -102,15 +113,20 @@ def make_app(root: Path, *, clients: int, max_age: float, status_every: float) -
             newest = frame_or_answer(request)
             if isinstance(newest, Response):
                 return newest
+            if sending.locked():
+                return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
             try:
-                fd = os.open(layout.frame_file(newest.path, fmt), os.O_RDONLY)
+                fd = open_in(root, *frame_names(newest.seq, fmt))
             except FileNotFoundError:
-                if not layout.frame_file(newest.path, "json").exists():
+                if read_record(root, newest.seq) is None:
                     continue  # pruned meanwhile: the next newest
                 return _unavailable(f"this store does not write {fmt} (store.formats)")
+            except OSError as exc:  # a link, a FIFO, a directory: never followed or served
+                return _unavailable(f"frame {newest.seq}'s {fmt} is not a plain file ({exc})")
             size = os.fstat(fd).st_size
             headers = {**_headers(newest), "Content-Length": str(size)}
-            return StreamingResponse(_file_chunks(fd), media_type=media, headers=headers)
+            await sending.acquire()
+            return StreamingResponse(_file_chunks(fd, sending), media_type=media, headers=headers)
         return _unavailable("frames are being pruned faster than they can be read")
 
     async def latest_jpg(request: Request) -> Response:

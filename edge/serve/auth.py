@@ -9,14 +9,17 @@ token or HTTP basic), on any address; comparisons are constant-time.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
-import ipaddress
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edge.config import ServeConfig
-from edge.credentials import read_secret
+from edge.config import ServeConfig, is_loopback
+from edge.credentials import check_token, read_secret
 from edge.errors import ConfigError
 
 Scope = dict[str, Any]
@@ -50,25 +53,25 @@ class Credentials:
 
 def credentials(serve: ServeConfig) -> Credentials:
     return Credentials(
-        token=read_secret(serve.token_file, "serve.token_file") if serve.token_file else None,
+        token=_token(serve.token_file) if serve.token_file else None,
         basic=_basic(serve.basic_auth_file) if serve.basic_auth_file else None,
     )
 
 
+def _token(path: str) -> bytes:
+    token = read_secret(path, "serve.token_file")
+    check_token(token, path, "serve.token_file")
+    return token
+
+
 def _basic(path: str) -> bytes:
     secret = read_secret(path, "serve.basic_auth_file")
-    if b":" not in secret:
-        raise ConfigError(f"serve.basic_auth_file: {path} must hold user:password")
+    user, colon, password = secret.partition(b":")
+    if not colon or not user or not password:
+        raise ConfigError(
+            f"serve.basic_auth_file: {path} must hold user:password, neither of them empty"
+        )
     return secret
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
 
 
 def check_bind(host: str, creds: Credentials) -> None:
@@ -79,17 +82,60 @@ def check_bind(host: str, creds: Credentials) -> None:
         )
 
 
-class Guard:
-    """ASGI middleware: 401 unless the request carries the configured credentials."""
+class Backoff:
+    """Failed logins per client address: each failure doubles the wait before that
+    client's next answer (``first`` s, twice that, ... ``cap`` s at most), a success
+    clears it. At most ``size`` addresses are remembered (the longest idle go first), so
+    a scan from many addresses cannot grow serve's memory."""
 
-    def __init__(self, app: Any, creds: Credentials) -> None:
+    def __init__(
+        self,
+        *,
+        first: float = 0.5,
+        cap: float = 8.0,
+        size: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.first, self.cap, self.size, self.clock = first, cap, size, clock
+        self._clients: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def wait(self, client: str) -> float:
+        """Seconds this client must wait before its request is looked at."""
+        failures, until = self._clients.get(client, (0, 0.0))
+        return max(0.0, until - self.clock()) if failures else 0.0
+
+    def failed(self, client: str) -> None:
+        failures = self._clients.pop(client, (0, 0.0))[0] + 1
+        delay = min(self.first * 2 ** (failures - 1), self.cap)
+        self._clients[client] = (failures, self.clock() + delay)
+        while len(self._clients) > self.size:
+            self._clients.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        self._clients.pop(client, None)
+
+
+class Guard:
+    """ASGI middleware: 401 unless the request carries the configured credentials; a
+    client whose credentials failed waits longer at each failure (``Backoff``)."""
+
+    def __init__(self, app: Any, creds: Credentials, backoff: Backoff | None = None) -> None:
         self.app = app
         self.creds = creds
+        self.backoff = backoff or Backoff()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.creds:
+            client = str((scope.get("client") or ("?",))[0])
+            wait = self.backoff.wait(client)
+            if wait > 0:
+                await asyncio.sleep(wait)
             header = dict(scope.get("headers", ())).get(b"authorization")
-            if not self.creds.allows(header):
+            if self.creds.allows(header):
+                self.backoff.succeeded(client)
+            else:
+                if header:  # a browser's first request carries none: not a failed login
+                    self.backoff.failed(client)
                 headers = [(b"content-type", b"text/plain; charset=utf-8")]
                 if self.creds.basic is not None:
                     headers.append((b"www-authenticate", b'Basic realm="da3-edge"'))

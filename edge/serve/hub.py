@@ -20,7 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from edge import layout
-from edge.follow import Follower, Published, latest, published_since, read_json
+from edge.follow import (
+    Follower,
+    Published,
+    frame_names,
+    latest,
+    published_since,
+    read_in,
+    read_json,
+    read_record,
+    read_store_id,
+)
 
 log = logging.getLogger("edge.serve")
 QUEUE = 4  # events a subscriber may fall behind by before it is dropped
@@ -64,29 +74,24 @@ class Hub:
             published = latest(self.root)
             if published is None:
                 return None
-            record = read_json(layout.frame_file(published.path, "json"))
+            record = read_record(self.root, published.seq)
             if record is not None:
                 return Newest(published.seq, published.path, record, self.store_id())
         return None
 
     def store_id(self) -> str:
-        try:
-            return (self.root / layout.STORE_ID).read_text().strip() or "0"
-        except OSError:
-            return "0"
+        return read_store_id(self.root) or "0"
 
     def status(self) -> dict[str, Any] | None:
-        return read_json(self.root / layout.STATUS)
+        return read_json(self.root, layout.STATUS)
 
     async def jpeg(self, newest: Newest) -> bytes | None:
         """The frame's preview as JPEG, encoded once whoever asks (None: no preview)."""
         async with self._jpeg_lock:
             if self._jpeg is not None and self._jpeg[0] == newest.etag:
                 return self._jpeg[1]
-            preview = layout.frame_file(newest.path, "preview")
-            try:
-                png = preview.read_bytes()
-            except FileNotFoundError:
+            png = read_in(self.root, *frame_names(newest.seq, "preview"))
+            if png is None:
                 return None  # not written (store.formats), or pruned
             data = await asyncio.to_thread(_to_jpeg, png)
             self._jpeg = (newest.etag, data)
@@ -121,7 +126,7 @@ class Hub:
         if layout.LATEST not in changed:
             return
         newest = self.read_newest()
-        if newest is None or (self.newest is not None and newest.path == self.newest.path):
+        if newest is None or (self.newest is not None and newest.etag == self.newest.etag):
             return
         for item in self._since(self.newest, newest):
             for observe in self.observers:
@@ -140,7 +145,7 @@ class Hub:
         for item in published_since(self.root, after, Published(newest.seq, newest.path)):
             if item.seq == newest.seq:
                 out.append(newest)
-            elif (record := read_json(layout.frame_file(item.path, "json"))) is not None:
+            elif (record := read_record(self.root, item.seq)) is not None:
                 out.append(Newest(item.seq, item.path, record, newest.store_id))
         return out
 

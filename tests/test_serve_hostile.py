@@ -1,0 +1,348 @@
+"""`da3-edge serve` under hostile clients, on loopback, against the real process.
+
+A store written by hand (tests/test_store_trust.py's), a serve with small bounds from
+its config, and clients that misbehave: a thousand connections that never finish
+their request, clients that never read a stream or a download, a web page's request
+under another name (DNS rebinding), guessed credentials. Each must leave serve
+answering real requests, its files and memory bounded. docs/reference/security.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import resource
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from edge.serve.auth import Backoff
+
+from .test_serve import serving
+from .test_store_trust import frame, store
+
+HEADER_TIMEOUT, SEND_TIMEOUT = 3.0, 3.0
+
+
+def config(tmp_path: Path, **extra: object) -> Path:
+    """A [serve] section with small bounds; ``extra`` keys added or replaced."""
+    keys: dict[str, object] = {
+        "connections": 64,
+        "header_timeout": HEADER_TIMEOUT,
+        "send_timeout": SEND_TIMEOUT,
+        "downloads": 4,
+        **extra,
+    }
+    lines = ["[serve]", *(f"{k} = {json.dumps(v)}" for k, v in keys.items())]
+    path = tmp_path / "serve.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fds(pid: int) -> list[str]:
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return out
+
+
+def sockets(pid: int) -> int:
+    return len([f for f in fds(pid) if f.startswith("socket:")])
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if value := check():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout:g} s: {what}")
+
+
+def get(port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def more_files() -> Iterator[None]:
+    """This process opens over a thousand sockets: its soft limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_thousand_half_open_connections_do_not_starve_serve(
+    tmp_path: Path, more_files: None
+) -> None:
+    """1,100 connections that send half a request line and wait: a real request is still
+    answered within 3 s, and serve never holds more connections than its bound."""
+    root = store(tmp_path)
+    with serving(["--config", str(config(tmp_path)), "--store", str(root)],
+                 tmp_path / "serve.log") as s:  # fmt: skip
+        pid = s.proc.pid
+        baseline = sockets(pid)  # the listener, and the event loop's wake-up pair
+        idle = []
+        for _ in range(1100):
+            try:  # serve may already have closed one to make room: that is the point
+                sock = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+                idle.append(sock)
+                sock.sendall(b"GET /latest.json HTT")
+            except OSError:
+                pass
+        start = time.monotonic()
+        code, _, _ = get(s.port, "/latest.json", timeout=3)
+        took = time.monotonic() - start
+        assert code == 200 and took < 3
+        # Connections it has just dropped to make room close on its loop's next turn.
+        until(lambda: sockets(pid) <= baseline + 64, 30, f"serve at {baseline} + 64 sockets")
+        print(
+            f"a real request among 1,100 half-open ones: {code} in {took:.2f} s; serve "
+            f"holds {sockets(pid)} sockets ({baseline} of its own + at most 64 connections)"
+        )
+        for sock in idle:
+            sock.close()
+    assert "Traceback" not in s.log
+
+
+def test_a_request_whose_headers_never_end_is_closed(tmp_path: Path) -> None:
+    root = store(tmp_path)
+    with serving(["--config", str(config(tmp_path)), "--store", str(root)],
+                 tmp_path / "serve.log") as s:  # fmt: skip
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        sock.sendall(b"GET /latest.json HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        start = time.monotonic()
+        assert sock.recv(1024) == b""  # closed by serve
+        took = time.monotonic() - start
+        print(f"closed after {took:.1f} s (header_timeout {HEADER_TIMEOUT:g} s)")
+        assert took >= HEADER_TIMEOUT - 0.5
+        sock.close()
+
+
+def noise_png(path: Path, side: int = 640) -> None:
+    Image.frombytes("RGB", (side, side), os.urandom(side * side * 3)).save(path)
+
+
+class Publisher(threading.Thread):
+    """Publishes a new frame (a large, incompressible preview) every ``every`` s."""
+
+    def __init__(self, root: Path, every: float = 0.3) -> None:
+        super().__init__(daemon=True)
+        self.root, self.every, self.stop = root, every, threading.Event()
+        self.seq = 43
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            path = frame(self.root / "frames", self.seq)
+            noise_png(path / "frame.preview.png")
+            link = self.root / f".latest.{self.seq}"
+            os.symlink(f"frames/{self.seq:010d}", link)
+            os.replace(link, self.root / "latest")
+            self.seq += 1
+
+
+def test_clients_that_never_read_a_stream_are_dropped(tmp_path: Path) -> None:
+    """40 clients open /stream.mjpg and never read while frames come: each is closed once
+    its send buffer stays full for send_timeout; serve's descriptors and memory stay
+    bounded, and a reading client still gets frames."""
+    root = store(tmp_path)
+    noise_png(root / "frames" / "0000000042" / "frame.preview.png")
+    publisher = Publisher(root)
+    cfg = config(tmp_path, clients=64, connections=128)
+    with serving(["--config", str(cfg), "--store", str(root)], tmp_path / "serve.log") as s:
+        pid = s.proc.pid
+        baseline = sockets(pid)
+        publisher.start()
+        stalled = []
+        for _ in range(40):
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /stream.mjpg HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            stalled.append(sock)
+        before = rss_kib(pid)
+        until(lambda: sockets(pid) <= baseline, 60 + 10 * SEND_TIMEOUT,
+              "serve closed the 40 stalled streams")  # fmt: skip
+        after = rss_kib(pid)
+        print(f"serve RSS with 40 stalled streams {before / 1024:.1f} MiB, after they were "
+              f"dropped {after / 1024:.1f} MiB; descriptors now {len(fds(pid))}")  # fmt: skip
+        assert after < before + 50 * 1024
+        # A client that reads still gets frames.
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
+        conn.request("GET", "/stream.mjpg")
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"image/jpeg" in resp.read(2048)
+        conn.close()
+        publisher.stop.set()
+        for sock in stalled:
+            sock.close()
+    assert "Traceback" not in s.log
+
+
+def test_a_stalled_download_keeps_no_pruned_file_open(tmp_path: Path) -> None:
+    """A client that asks for /latest.npz (20 MB) and never reads; the frame is pruned:
+    after send_timeout serve holds no deleted file. More downloads than serve.downloads
+    at once are refused."""
+    root = tmp_path / "store"
+    root.mkdir(mode=0o755)
+    frame(root / "frames", 42, npz=os.urandom(20 << 20))
+    (root / "store-id").write_text("0123456789abcdef\n")
+    os.symlink("frames/0000000042", root / "latest")
+    with serving(["--config", str(config(tmp_path)), "--store", str(root)],
+                 tmp_path / "serve.log") as s:  # fmt: skip
+        pid = s.proc.pid
+        stalled = []
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /latest.npz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            stalled.append(sock)
+        until(lambda: [f for f in fds(pid) if f.endswith("frame.npz")], 30, "the downloads began")
+        code, _, body = get(s.port, "/latest.npz")
+        assert code == 503 and b"too many downloads at once" in body
+        for f in (root / "frames" / "0000000042").iterdir():  # pruned
+            f.unlink()
+        (root / "frames" / "0000000042").rmdir()
+        held = until(lambda: not [f for f in fds(pid) if "(deleted)" in f] or None,
+                     60 + 10 * SEND_TIMEOUT, "serve let go of the pruned file")  # fmt: skip
+        assert held
+        for sock in stalled:
+            sock.close()
+
+
+HOSTS = {
+    "localhost": 200,
+    "localhost:8000": 200,
+    "127.0.0.1:8000": 200,
+    "[::1]:8000": 200,
+    "DepthCam.local": 200,  # configured in serve.hosts (names are not case-sensitive)
+    "attacker.example": 421,
+    "attacker.example:8000": 421,
+    "127.0.0.1.attacker.example": 421,
+}
+
+
+def test_host_names_other_than_this_machines_get_421(tmp_path: Path) -> None:
+    """On loopback, a request naming another host (a web page whose own name resolves to
+    127.0.0.1: DNS rebinding) gets 421 and no content."""
+    root = store(tmp_path)
+    cfg = config(tmp_path, hosts=["depthcam.local"])
+    with serving(["--config", str(cfg), "--store", str(root)], tmp_path / "serve.log") as s:
+        for host, code in HOSTS.items():
+            got, _, body = get(s.port, "/latest.json", {"Host": host})
+            assert got == code, (host, got)
+            if code == 421:
+                assert body == b"", host
+
+
+def strong_token() -> str:
+    return "kQ3v_Zf8-Lw2Rt9yXa7Mn4Pb6Hc1Jd0Es5Ug"  # 36 chars of the base64url alphabet
+
+
+def secret(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "message"),
+    [
+        ("token", "s3cret-token", "the token in {path} is too short to be guessed safely"),
+        ("token", "0123456789abcdef0123", "the token in {path} is too short"),  # 80 bits of hex
+        ("basic", "viewer:", "must hold user:password, neither of them empty"),
+        ("basic", ":pa55word", "must hold user:password, neither of them empty"),
+    ],
+)
+def test_weak_credentials_are_refused_at_start(
+    tmp_path: Path, kind: str, text: str, message: str
+) -> None:
+    from .conftest import run_cli
+
+    path = secret(tmp_path, kind, text)
+    key = "token_file" if kind == "token" else "basic_auth_file"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[serve]\n{key} = "{path}"\n')
+    proc = run_cli(["serve", "--config", str(cfg), "--port", "0", "--store", str(tmp_path)],
+                   timeout=60)  # fmt: skip
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and message.format(path=path) in lines[0], proc.stderr
+
+
+def test_a_fifo_as_a_secret_file_does_not_block_the_start(tmp_path: Path) -> None:
+    from .conftest import run_cli
+
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo, 0o600)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[serve]\ntoken_file = "{fifo}"\n')
+    proc = run_cli(["serve", "--config", str(cfg), "--port", "0", "--store", str(tmp_path)],
+                   timeout=60)  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"da3-edge: error: serve.token_file: {fifo} is not a regular file"
+
+
+def test_failed_logins_are_slowed_per_client(tmp_path: Path) -> None:
+    """Each wrong credential doubles the wait before that client's next answer (0.5 s,
+    1 s, 2 s, ...); the right one, after the wait, clears it."""
+    token = secret(tmp_path, "token", strong_token())
+    cfg = config(tmp_path, token_file=str(token))
+    root = store(tmp_path)
+    with serving(["--config", str(cfg), "--store", str(root)], tmp_path / "serve.log") as s:
+        waits = []
+        for _ in range(4):
+            start = time.monotonic()
+            code, _, _ = get(s.port, "/latest.json", {"Authorization": "Bearer guess"}, timeout=30)
+            waits.append(time.monotonic() - start)
+            assert code == 401
+        print("answers to wrong tokens after", [f"{w:.2f} s" for w in waits])
+        # The first answer comes at once; each later one waits out the penalty before it.
+        for n, wait in enumerate(waits[1:], 1):
+            assert wait >= 0.5 * 2 ** (n - 1) - 0.05, waits
+        # The right token is answered too, once the penalty (4 s now) has run out.
+        code, _, _ = get(s.port, "/latest.json", {"Authorization": f"Bearer {strong_token()}"},
+                         timeout=30)  # fmt: skip
+        assert code == 200
+        basic = base64.b64encode(b"x:y").decode()
+        assert get(s.port, "/latest.json", {"Authorization": f"Basic {basic}"})[0] == 401
+
+
+def test_backoff_doubles_clears_and_forgets() -> None:
+    now = [100.0]
+    backoff = Backoff(first=0.5, cap=8.0, size=3, clock=lambda: now[0])
+    assert backoff.wait("a") == 0
+    for expected in (0.5, 1.0, 2.0, 4.0, 8.0, 8.0):
+        backoff.failed("a")
+        assert backoff.wait("a") == expected
+    now[0] += 3.0
+    assert backoff.wait("a") == 5.0  # what is left of the 8 s
+    backoff.succeeded("a")
+    assert backoff.wait("a") == 0
+    backoff.failed("a")
+    assert backoff.wait("a") == 0.5  # cleared: starts again at the first step
+    for client in ("b", "c", "d"):  # a fourth address: the longest idle, "a", is forgotten
+        backoff.failed(client)
+    assert backoff.wait("a") == 0 and backoff.wait("d") == 0.5

@@ -1,0 +1,246 @@
+"""Attacks on the store, reproduced against the real serve, publish and daemon.
+
+Each store here is written by hand as a hostile local user would leave it: ``latest``
+pointing out of the store, a frame file that is a link to a private file or a FIFO, a
+``store-id`` carrying a header and an event, a store directory that is a link, someone
+else's, or writable by others, and no private place for the default store. What must
+hold: nothing outside the store's own regular files is ever read and handed on (to an
+HTTP client, to the broker), nothing blocks, and a store that cannot be trusted is
+refused at start in one line. docs/reference/security.md lists the defences.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edge.config import MqttConfig
+from edge.publish import Publisher
+
+from .conftest import ROOT, run_cli
+from .test_serve import serving
+
+SECRET = b"the service user's private key: -----BEGIN PRIVATE KEY----- 42"
+STORE_ID = "0123456789abcdef"
+
+
+def frame(directory: Path, seq: int, *, npz: bytes = b"NPZ", preview: bytes | None = None) -> Path:
+    """frames/<seq>/ as the daemon writes one: record, npz, preview."""
+    path = directory / f"{seq:010d}"
+    path.mkdir(parents=True)
+    record = {"store_seq": seq, "t_written": time.time(), "random_init": True}
+    (path / "frame.json").write_text(json.dumps(record))
+    (path / "frame.npz").write_bytes(npz)
+    if preview is not None:
+        (path / "frame.preview.png").write_bytes(preview)
+    return path
+
+
+def store(tmp_path: Path, *, seq: int = 42) -> Path:
+    """A store with one honest frame and ``latest`` at it."""
+    root = tmp_path / "store"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    frame(root / "frames", seq)
+    (root / "store-id").write_text(STORE_ID + "\n")
+    os.symlink(f"frames/{seq:010d}", root / "latest")
+    return root
+
+
+def point_latest(root: Path, target: str) -> None:
+    (root / "latest").unlink()
+    os.symlink(target, root / "latest")
+
+
+def secret_file(tmp_path: Path) -> Path:
+    secret = tmp_path / "private" / "key.pem"
+    secret.parent.mkdir()
+    secret.write_bytes(SECRET)
+    return secret
+
+
+def get(port: int, path: str, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def outside_frame(tmp_path: Path) -> Path:
+    """A frame-shaped directory outside the store whose npz is the secret."""
+    outside = tmp_path / "outside"
+    frame(outside, 42, npz=SECRET, preview=SECRET)
+    return outside / "0000000042"
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_latest_pointing_out_of_the_store_is_not_followed(tmp_path: Path, how: str) -> None:
+    root = store(tmp_path, seq=7)
+    target = outside_frame(tmp_path)
+    point_latest(root, str(target) if how == "absolute" else "../outside/0000000042")
+    with serving(["--store", str(root)], tmp_path / "serve.log") as s:
+        for path in ("/latest.npz", "/latest.json", "/latest.preview.png", "/latest.jpg"):
+            code, _, body = get(s.port, path)
+            print(path, code, body[:80])
+            assert SECRET not in body and code == 503, (path, code)
+    assert "Traceback" not in s.log
+
+
+@pytest.mark.parametrize("name", ["frame.npz", "frame.preview.png"])
+def test_a_frame_file_that_is_a_link_is_not_served_or_published(tmp_path: Path, name: str) -> None:
+    root = store(tmp_path)
+    target = root / "frames" / "0000000042" / name
+    target.unlink(missing_ok=True)
+    os.symlink(secret_file(tmp_path), target)
+    with serving(["--store", str(root)], tmp_path / "serve.log") as s:
+        for path in ("/latest.npz", "/latest.preview.png", "/latest.jpg", "/stream.mjpg"):
+            code, _, body = get(s.port, path, timeout=3) if path != "/stream.mjpg" else mjpg(s.port)
+            print(path, code, body[:80])
+            assert SECRET not in body, path
+        assert get(s.port, "/latest.json")[0] == 200  # the honest record is still served
+    # publish reads the same files for the broker (the preview goes out retained).
+    publisher = Publisher(MqttConfig(enabled=True, preview=True), root)
+    publisher.on_frame(42)
+    sent = [payload for _topic, payload, _qos, _retain in publisher.queue]
+    assert sent and not [p for p in sent if SECRET in p], sent
+
+
+def mjpg(port: int) -> tuple[int, dict[str, str], bytes]:
+    """The first second of /stream.mjpg."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    conn.request("GET", "/stream.mjpg")
+    resp = conn.getresponse()
+    body = b""
+    with contextlib.suppress(TimeoutError):
+        body = resp.read(4096)
+    conn.close()
+    return resp.status, {}, body
+
+
+def test_a_fifo_in_place_of_a_frame_file_blocks_nothing(tmp_path: Path) -> None:
+    root = store(tmp_path)
+    npz = root / "frames" / "0000000042" / "frame.npz"
+    npz.unlink()
+    os.mkfifo(npz)
+    with serving(["--store", str(root)], tmp_path / "serve.log") as s:
+        start = time.monotonic()
+        code, _, _ = get(s.port, "/latest.npz", timeout=5)
+        assert code == 503 and time.monotonic() - start < 3
+        assert get(s.port, "/healthz", timeout=3)[0] in (200, 503)
+
+
+def test_a_store_id_with_a_newline_injects_no_header_or_event(tmp_path: Path) -> None:
+    """The ETag and the events' ids come from store-id: one that is not 16 hex digits
+    is not used (a newline there split the ETag header and forged an event)."""
+    root = store(tmp_path)
+    forged = 'x\nevent: frame\ndata: {"forged": true}\n\nid: y'
+    (root / "store-id").write_text(forged)
+    with serving(["--store", str(root)], tmp_path / "serve.log") as s:
+        code, headers, _ = get(s.port, "/latest.json")
+        assert code == 200 and headers["etag"] == '"0-42"', headers
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+        conn.request("GET", "/events")
+        resp = conn.getresponse()
+        assert resp.readline() == b"retry: 2000\n"
+        frame(root / "frames", 43)
+        os.symlink("frames/0000000043", root / ".latest.new")
+        os.replace(root / ".latest.new", root / "latest")
+        lines = []
+        while len(lines) < 4:
+            lines.append(resp.readline())
+        conn.close()
+    print(lines)
+    assert lines[1:4] == [b"id: 0-43\n", b"event: frame\n", lines[3]]
+    assert json.loads(lines[3].removeprefix(b"data: "))["store_seq"] == 43
+    assert b"forged" not in b"".join(lines)
+
+
+def unsafe_store(tmp_path: Path, kind: str) -> Path:
+    root = store(tmp_path)
+    if kind == "a symbolic link":
+        link = tmp_path / "link"
+        os.symlink(root, link)
+        return link
+    if kind == "writable by others":
+        os.chmod(root, 0o777)
+    elif kind == "writable by the group":
+        os.chmod(root, 0o775)
+    elif kind == "another user's":
+        os.chown(root, 65534, 65534)
+    return root
+
+
+UNSAFE = {
+    "a symbolic link": "is a symbolic link: give the directory it points to",
+    "writable by others": "can be written by group or others (mode 777): chmod go-w",
+    "writable by the group": "can be written by group or others (mode 775): chmod go-w",
+    "another user's": "belongs to uid 65534, not to this user",
+}
+
+
+@pytest.mark.parametrize("kind", UNSAFE)
+@pytest.mark.parametrize("command", ["serve", "publish", "run"])
+def test_an_untrusted_store_is_refused_at_start(tmp_path: Path, kind: str, command: str) -> None:
+    root = unsafe_store(tmp_path, kind)
+    config = tmp_path / "c.toml"
+    config.write_text('[mqtt]\nenabled = true\n[daemon]\n[camera]\nsource = "fake"\n')
+    args = {
+        "serve": ["serve", "--store", str(root), "--port", "0"],
+        "publish": ["publish", "--config", str(config), "--store", str(root)],
+        "run": ["run", "--source", "fake", "--store", str(root), "--models", str(tmp_path)],
+    }[command]
+    try:  # a store that is not refused is served: the command runs until stopped
+        proc = run_cli(args, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"da3-edge {command} started on a store that is {kind}")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("da3-edge: error: store "), proc.stderr
+    assert UNSAFE[kind] in lines[0]
+
+
+def test_no_private_place_for_the_store_is_an_error_not_tmp(tmp_path: Path) -> None:
+    """As an unprivileged user without $XDG_RUNTIME_DIR (sudo -u, cron, containers) the
+    default store is refused, not made in /tmp where another user could make it first."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XDG_RUNTIME_DIR", "DA3_EDGE_STORE", "RUNTIME_DIRECTORY")
+    }
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "edge",
+            "serve",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
+    print(proc.stderr)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "da3-edge: error: no private place for the store: /run is not writable and "
+        "$XDG_RUNTIME_DIR is not set; give --store DIR (config store.dir), a directory only "
+        "this user can write"
+    ]
