@@ -69,17 +69,20 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def check_root(root: Path, st: os.stat_result | None = None) -> None:
-    """UnsafeStore unless ``root`` (lstat'ed, or ``st``) is a directory of this user's or
-    root's that no one else can write to; one line each, saying what to do."""
+    """UnsafeStore unless ``root`` (lstat'ed, or ``st``) is a directory that no one but
+    its owner can write to, and whose owner is this user or root, or whose group is one
+    of this user's (serve and publish run as users of their own in the daemon's group,
+    which reads the daemon's store); one line each, saying what to do."""
     st = os.lstat(root) if st is None else st
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeStore(f"store {root} is a symbolic link: give the directory it points to")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeStore(f"store {root} is not a directory")
-    if st.st_uid not in (os.geteuid(), 0):
+    ours = st.st_uid in (os.geteuid(), 0) or st.st_gid in (os.getegid(), *os.getgroups())
+    if not ours:
         raise UnsafeStore(
-            f"store {root} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
-            "use a store of your own"
+            f"store {root} belongs to uid {st.st_uid} and gid {st.st_gid}, neither this user "
+            f"(uid {os.geteuid()}) nor one of its groups: use a store of your own"
         )
     if st.st_mode & 0o022:
         raise UnsafeStore(

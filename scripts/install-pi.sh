@@ -22,6 +22,9 @@ STATE=/var/lib/da3-edge
 MODELS=$STATE/models
 UNIT_DIR=/etc/systemd/system
 UNITS=(da3-edge da3-edge-serve da3-edge-publish)  # the daemon, serve (HTTP, loopback), MQTT
+# serve and publish run as users of their own in the daemon's group (each reads only its
+# own secrets; the store is group-readable): systemd/README.md.
+COMPANIONS=(da3-edge-serve da3-edge-publish)
 ENABLE=(da3-edge da3-edge-serve)  # publish stays off until [mqtt] is configured
 USER_NAME=da3-edge
 CACHE=/var/cache/da3-edge
@@ -173,10 +176,12 @@ if [ $UNINSTALL -eq 1 ]; then
         # left by a daemon run by hand, and the first boot's log, go too.
         rm -rf "$ETC" "$STATE" "$CACHE" /run/da3-edge /var/log/da3-edge-install.log
         note "removed $ETC, $STATE (models), $CACHE, /run/da3-edge"
-        if id -u "$USER_NAME" >/dev/null 2>&1; then
-            userdel "$USER_NAME"
-            note "removed user $USER_NAME"
-        fi
+        for user in "${COMPANIONS[@]}" "$USER_NAME"; do
+            if id -u "$user" >/dev/null 2>&1; then
+                userdel "$user"
+                note "removed user $user"
+            fi
+        done
         if getent group "$USER_NAME" >/dev/null; then groupdel "$USER_NAME"; fi
     else
         note "kept $ETC and $MODELS (--purge removes them, the caches and the user)"
@@ -338,14 +343,23 @@ if [ "${deb_numpy%%.*}" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------- user
-step "user $USER_NAME"
+step "users $USER_NAME, ${COMPANIONS[*]}"
 if id -u "$USER_NAME" >/dev/null 2>&1; then
-    note "exists"
+    note "$USER_NAME exists"
 else
     useradd --system --user-group --no-create-home --home-dir "$STATE" \
         --shell /usr/sbin/nologin "$USER_NAME"
-    note "created (system user, group $USER_NAME; the unit adds group video)"
+    note "created $USER_NAME (system user, group $USER_NAME; the unit adds group video)"
 fi
+for user in "${COMPANIONS[@]}"; do
+    if id -u "$user" >/dev/null 2>&1; then
+        note "$user exists"
+    else
+        useradd --system --gid "$USER_NAME" --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin "$user"
+        note "created $user (system user in group $USER_NAME)"
+    fi
+done
 
 # ---------------------------------------------------------------------------- venv
 step "venv $VENV"

@@ -113,19 +113,16 @@ class Container:
         target.mkdir(parents=True)
         for f in daemon_models(models):
             shutil.copy(f, target / f.name)
-        user = _run(
-            [
-                "chroot",
-                str(root),
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                "da3-edge",
-            ]
-        )
-        assert user.returncode == 0, user.stderr
+        # The users as scripts/install-pi.sh makes them: the daemon's, and serve's and
+        # publish's in its group.
+        for user in (
+            ["--user-group", "da3-edge"],
+            ["--gid", "da3-edge", "da3-edge-serve"],
+            ["--gid", "da3-edge", "da3-edge-publish"],
+        ):
+            made = _run(["chroot", str(root), "useradd", "--system", "--no-create-home",
+                         "--shell", "/usr/sbin/nologin", *user])  # fmt: skip
+            assert made.returncode == 0, made.stderr
         return cls(root)
 
     def drop_in(self, name: str, text: str) -> None:

@@ -185,7 +185,7 @@ UNSAFE = {
     "a symbolic link": "is a symbolic link: give the directory it points to",
     "writable by others": "can be written by group or others (mode 777): chmod go-w",
     "writable by the group": "can be written by group or others (mode 775): chmod go-w",
-    "another user's": "belongs to uid 65534, not to this user",
+    "another user's": "belongs to uid 65534 and gid 65534, neither this user (uid 0) nor one",
 }
 
 

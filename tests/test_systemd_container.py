@@ -161,9 +161,24 @@ def test_serve_unit_beside_the_daemon(container: Container) -> None:
     journal = box.sh("journalctl -u da3-edge-serve --no-pager -n 30").stdout
     assert start.returncode == 0, start.stderr + journal
     props = box.show("ActiveState", "Type", "User", unit="da3-edge-serve")
-    assert props == {"ActiveState": "active", "Type": "notify", "User": "da3-edge"}, props
+    assert props == {"ActiveState": "active", "Type": "notify", "User": "da3-edge-serve"}
+    # serve, as its own user in the daemon's group, reads the daemon's store (0750).
     box.wait(lambda: healthz().startswith("200 ok: frame"), 30, "serve healthy")
     print("healthz:", healthz())
+    mode = box.sh("stat -c '%a %U:%G' /run/da3-edge /run/da3-edge/status.json").stdout.split("\n")
+    assert mode[:2] == ["750 da3-edge:da3-edge", "640 da3-edge:da3-edge"], mode
+    # The store is the group's alone: another user, not in it, cannot list it.
+    assert box.sh("runuser -u nobody -- ls /run/da3-edge").returncode != 0
+    # Each unit's user reads only its own secrets, and serve cannot signal the daemon.
+    box.sh("install -o da3-edge-publish -g da3-edge -m 0600 /dev/null /etc/da3-edge/p-secret")
+    box.sh("install -o da3-edge-serve -g da3-edge -m 0600 /dev/null /etc/da3-edge/s-secret")
+    for user, other in (("da3-edge-serve", "p-secret"), ("da3-edge", "s-secret"),
+                        ("da3-edge-publish", "s-secret")):  # fmt: skip
+        read = box.sh(f"runuser -u {user} -- cat /etc/da3-edge/{other}")
+        assert read.returncode != 0 and "Permission denied" in read.stderr, (user, other)
+    pid = box.show("MainPID")["MainPID"]
+    kill = box.sh(f"runuser -u da3-edge-serve -- kill -0 {pid}")
+    assert kill.returncode != 0 and "not permitted" in kill.stderr, kill.stderr
 
     assert box.sh("systemctl stop da3-edge-serve").returncode == 0
     assert box.show("ActiveState")["ActiveState"] == "active"  # the daemon goes on
@@ -182,11 +197,11 @@ def test_serve_unit_beside_the_daemon(container: Container) -> None:
 
 
 def test_serve_credentials_files_as_the_service_user(container: Container) -> None:
-    """As da3-edge (not root, whose reads prove nothing): a token file of another user,
-    or one others can read, is refused in one line; its own 0600 file is accepted."""
+    """As da3-edge-serve (not root, whose reads prove nothing): a token file of another
+    user, or one others can read, is refused in one line; its own 0600 file is accepted."""
     box = container
     serve = (
-        "runuser -u da3-edge -- timeout 5 /opt/da3-edge/venv/bin/da3-edge serve "
+        "runuser -u da3-edge-serve -- timeout 5 /opt/da3-edge/venv/bin/da3-edge serve "
         "--config /tmp/serve.toml --store /tmp/no-store-yet --host 0.0.0.0 --port 0"
     )
     box.sh(
@@ -204,7 +219,7 @@ def test_serve_credentials_files_as_the_service_user(container: Container) -> No
         foreign.returncode == 1
         and "belongs to uid 0, not to the user this runs as" in foreign.stderr
     )
-    box.sh("chown da3-edge:da3-edge /tmp/token; chmod 640 /tmp/token")
+    box.sh("chown da3-edge-serve:da3-edge /tmp/token; chmod 640 /tmp/token")
     readable = box.sh(serve)
     assert readable.returncode == 1
     assert readable.stderr.strip().endswith(
@@ -230,7 +245,7 @@ def test_publish_unit_under_systemd(container: Container, tmp_path: Path) -> Non
     try:
         box.sh(
             "printf 'pw-in-box\\n' > /etc/da3-edge/mqtt-password && "
-            "chown da3-edge:da3-edge /etc/da3-edge/mqtt-password && "
+            "chown da3-edge-publish:da3-edge /etc/da3-edge/mqtt-password && "
             "chmod 600 /etc/da3-edge/mqtt-password && "
             f'printf \'\\n[mqtt]\\nenabled = true\\nport = {broker.port}\\nusername = "da3edge"\\n'
             'password_file = "/etc/da3-edge/mqtt-password"\\ndevice_id = "box"\\n'

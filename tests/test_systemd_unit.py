@@ -30,7 +30,7 @@ HARDENING = {
     SERVE_UNIT.name: "## serve: hardening and what remains exposed",
     PUBLISH_UNIT.name: "## publish: hardening and what remains exposed",
 }
-MAX_EXPOSURE = 4.0
+MAX_EXPOSURE = 1.5
 
 
 def systemd_analyze() -> str:
@@ -259,7 +259,8 @@ def test_unit_reaches_the_camera(unit: dict[str, dict[str, list[str]]]) -> None:
 def test_unit_paths_and_limits(unit: dict[str, dict[str, list[str]]]) -> None:
     service = unit["Service"]
     assert service["RuntimeDirectory"] == ["da3-edge"]
-    assert service["RuntimeDirectoryMode"] == ["0755"]
+    # The store readable by group da3-edge only (serve's and publish's users are in it).
+    assert service["RuntimeDirectoryMode"] == ["0750"] and service["UMask"] == ["0027"]
     assert service["StateDirectory"] == ["da3-edge"]
     # The weight cache: systemd's CACHE_DIRECTORY, which edge.models.cache_dir reads.
     assert service["CacheDirectory"] == ["da3-edge/daemon"]
@@ -301,7 +302,9 @@ def test_serve_unit_reads_the_store_beside_the_daemon() -> None:
     assert argv[argv.index("--store") + 1] == "/run/da3-edge"
     assert argv[argv.index("--config") + 1] == "/etc/da3-edge/da3-edge.toml"
     assert service["Type"] == ["notify"] and service["Restart"] == ["on-failure"]
-    assert service["User"] == ["da3-edge"]  # owns the credentials files (mode 0600)
+    # Its own user (owns the credentials files, mode 0600; cannot read publish's or signal
+    # the daemon) in the daemon's group (reads the store).
+    assert service["User"] == ["da3-edge-serve"] and service["Group"] == ["da3-edge"]
     families = set(list_setting(service["RestrictAddressFamilies"]))
     assert families == {"AF_UNIX", "AF_INET", "AF_INET6"}
     assert list_setting(service["IPAddressAllow"]) == ["localhost"]
@@ -322,7 +325,7 @@ def test_publish_unit_connects_out_and_never_listens() -> None:
     assert service["ProtectSystem"] == ["strict"]
     argv = service["ExecStart"][-1].split()
     assert argv[1] == "publish" and argv[argv.index("--store") + 1] == "/run/da3-edge"
-    assert service["User"] == ["da3-edge"]  # owns mqtt.password_file (mode 0600)
+    assert service["User"] == ["da3-edge-publish"] and service["Group"] == ["da3-edge"]
     assert set(list_setting(service["RestrictAddressFamilies"])) == {
         "AF_UNIX",
         "AF_INET",

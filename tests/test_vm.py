@@ -170,9 +170,10 @@ cg=/sys/fs/cgroup/system.slice/da3-edge.service
 python3 - >$out/healthz.txt 2>&1 <<'PY'
 import urllib.error, urllib.request
 try:  # 200, or 503 once the newest frame is older than serve.max_age (10 s; a frame takes longer here)
-    print(urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=30).status)
+    r = urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=30)
 except urllib.error.HTTPError as e:
-    print(e.code)
+    r = e
+print(r.status, r.read().decode().strip())
 PY
 {{ id {USER}; hostname; ls /home; cat /home/{USER}/.ssh/authorized_keys; }} >$out/user.txt 2>&1
 {{ cat /etc/netplan/50-cloud-init.yaml; nmcli -t -f NAME,TYPE connection show; }} >$out/network.txt 2>&1
@@ -456,9 +457,13 @@ def test_first_boot_installs_and_writes_frames(boots: list[vm.Result]) -> None:
     assert len(frames) >= FRAMES, text(first, "journal.txt")
     status = json.loads(text(first, "status.json"))
     assert status["camera"]["source"].startswith("fake") and status["model"]["random_init"]
-    # serve answers on loopback: 200, or 503 when the newest frame is older than 10 s
-    # (a frame takes longer than that emulated)
-    assert text(first, "healthz.txt").strip() in ("200", "503"), text(first, "healthz.txt")
+    # serve answers on loopback, as its own user reading the daemon's store through their
+    # group: 200, or 503 when the newest frame is older than 10 s (a frame takes longer
+    # than that emulated), never because it cannot read status.json or the frames.
+    healthz = text(first, "healthz.txt").strip()
+    print("healthz:", healthz)
+    assert healthz.split()[0] in ("200", "503"), healthz
+    assert "no status.json" not in healthz and "store /run/da3-edge" not in healthz, healthz
 
 
 def test_memory_max_is_enforced_and_the_daemon_lives_under_it(boots: list[vm.Result]) -> None:

@@ -91,7 +91,13 @@ if [ "${1:-}" = --inner ]; then
     }
     same_snapshot() { diff -u "$WORK/$1.snap" "$WORK/$2.snap" | head -n 40; cmp -s "$WORK/$1.snap" "$WORK/$2.snap"; }
     grep_not() { local re=$1; shift; ! cat "$@" | grep -E -q "$re"; }
-    count_users() { [ "$(grep -c '^da3-edge:' "$ROOT/etc/passwd")" = 1 ] && [ "$(grep -c '^da3-edge:' "$ROOT/etc/group")" = 1 ]; }
+    # The daemon's user and group once each, and serve's and publish's users in that group.
+    count_users() {
+        local gid
+        [ "$(grep -c '^da3-edge:' "$ROOT/etc/passwd")" = 1 ] && [ "$(grep -c '^da3-edge:' "$ROOT/etc/group")" = 1 ] || return 1
+        gid=$(grep '^da3-edge:' "$ROOT/etc/group" | cut -d: -f3)
+        [ "$(grep -cE "^da3-edge-(serve|publish):[^:]*:[0-9]+:$gid:" "$ROOT/etc/passwd")" = 2 ]
+    }
     model_files() { (cd "$ROOT/var/lib/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
 
     whole_tree >"$WORK/before.tree"
@@ -100,7 +106,7 @@ if [ "${1:-}" = --inner ]; then
     install_run run1 --from "/mnt/dist/$WHEEL" --models /mnt/models \
         || die "the first install failed (above)"
     ok "first install: exit 0"
-    check "user da3-edge exists once (passwd and group)" count_users
+    check "users da3-edge (and its group), da3-edge-serve and da3-edge-publish in it, once each" count_users
     enabled=$(in_root systemctl is-enabled da3-edge 2>&1 || true)
     check "systemctl is-enabled da3-edge: '$enabled'" test "$enabled" = enabled
     enabled=$(in_root systemctl is-enabled da3-edge-serve 2>&1 || true)
@@ -159,7 +165,7 @@ if [ "${1:-}" = --inner ]; then
         grep -q "unchanged: $WHEEL is installed" "$WORK/run2.out"
     check "second install: models reported unchanged" \
         grep -q "unchanged: same files as /mnt/models" "$WORK/run2.out"
-    check "user da3-edge still exists once" count_users
+    check "the users still exist once each" count_users
 
     # 3. From the checkout (the default for a git clone on the Pi), run in it as a user
     # does (`sudo scripts/install-pi.sh`): the checkout's pyproject.toml must not reach uv.
@@ -257,8 +263,8 @@ if [ "${1:-}" = --inner ]; then
     head -n 40 "$WORK/leftovers.txt" | sed 's/^/  | /'
     check "--purge: no file or account of da3-edge left, none in root's caches" \
         test ! -s "$WORK/leftovers.txt"
-    check "--purge: no da3-edge account left" \
-        grep_not '^da3-edge:' "$ROOT"/etc/passwd "$ROOT"/etc/group "$ROOT"/etc/shadow "$ROOT"/etc/gshadow
+    check "--purge: no account of da3-edge's left" \
+        grep_not '^da3-edge' "$ROOT"/etc/passwd "$ROOT"/etc/group "$ROOT"/etc/shadow "$ROOT"/etc/gshadow
     # The same again on this system, now with the apt packages in place: install from
     # the checkout, purge, and the whole tree is exactly as it was before the install.
     RUN_IN=/src install_run again --models /mnt/models || bad "install after a purge: exit non-zero"
