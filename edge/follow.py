@@ -18,9 +18,10 @@ What a reader takes from the store it checks first, because serve and publish ha
 (to any HTTP client, to the broker): ``latest`` must point exactly at
 ``frames/<10 digits>``, and every file is opened from the store's own directory, one
 name at a time, never through a symbolic link, and must be a regular file. The store's
-directory itself must be this user's (or root's), not a link, and writable by nobody
-else (``check_root``): otherwise another local user could put frames, or links to the
-service user's files, where serve would hand them out.
+directory itself must not be a link, must be this user's, root's or one of this user's
+groups', and writable by no one but its owner (``check_root``): otherwise another local
+user could put frames, or links to the service user's files, where serve would hand
+them out.
 """
 
 from __future__ import annotations

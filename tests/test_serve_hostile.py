@@ -243,6 +243,32 @@ def test_a_stalled_download_keeps_no_pruned_file_open(tmp_path: Path) -> None:
             sock.close()
 
 
+def test_downloads_abandoned_at_once_give_back_their_slot(tmp_path: Path) -> None:
+    """Clients that ask for /latest.npz and close at once, more than serve.downloads of
+    them: each download's file and slot are given back, so a real download still works
+    and serve holds no frame file."""
+    root = tmp_path / "store"
+    root.mkdir(mode=0o755)
+    frame(root / "frames", 42, npz=os.urandom(4 << 20))
+    (root / "store-id").write_text("0123456789abcdef\n")
+    os.symlink("frames/0000000042", root / "latest")
+    with serving(
+        ["--config", str(config(tmp_path)), "--store", str(root)], tmp_path / "serve.log"
+    ) as s:
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            sock.sendall(b"GET /latest.npz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            sock.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+            sock.close()  # a reset, before reading anything
+        # Once serve has dealt with them (no deadline but this), a download gets through.
+        body = until(lambda: (r := get(s.port, "/latest.npz"))[0] == 200 and r[2], 60,
+                     "a download after the abandoned ones")  # fmt: skip
+        assert len(body) == 4 << 20
+        assert not [f for f in fds(s.proc.pid) if f.endswith("frame.npz")]
+
+
 HOSTS = {
     "localhost": 200,
     "localhost:8000": 200,

@@ -60,14 +60,29 @@ def _headers(newest: Newest) -> dict[str, str]:
     return {**NO_STORE, "ETag": newest.etag, "X-Frame-Seq": str(newest.seq)}
 
 
-async def _file_chunks(fd: int, sending: asyncio.Semaphore) -> AsyncIterator[bytes]:
-    """The file, then closed and its download slot given back, however the send ends."""
-    try:
-        while chunk := await asyncio.to_thread(os.read, fd, CHUNK):
-            yield chunk
-    finally:
-        os.close(fd)
-        sending.release()
+class _OpenFile(Response):
+    """An open frame file sent whole, then closed and its download slot given back,
+    however the send ends: a client that is gone before the first byte as well (a
+    generator never started would keep both)."""
+
+    def __init__(
+        self, fd: int, sending: asyncio.Semaphore, media_type: str, headers: dict[str, str]
+    ) -> None:
+        super().__init__(media_type=media_type, headers=headers)
+        self.fd, self.sending = fd, sending
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            )
+            if scope["method"] != "HEAD":
+                while chunk := await asyncio.to_thread(os.read, self.fd, CHUNK):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            os.close(self.fd)
+            self.sending.release()
 
 
 def make_app(
@@ -126,7 +141,7 @@ def make_app(
             size = os.fstat(fd).st_size
             headers = {**_headers(newest), "Content-Length": str(size)}
             await sending.acquire()
-            return StreamingResponse(_file_chunks(fd, sending), media_type=media, headers=headers)
+            return _OpenFile(fd, sending, media, headers)
         return _unavailable("frames are being pruned faster than they can be read")
 
     async def latest_jpg(request: Request) -> Response:
