@@ -90,6 +90,26 @@ def test_specs_open_the_named_source(tmp_path: Path) -> None:
     assert isinstance(replay, ReplaySource)
     assert (replay.path, replay.fps, replay.loop) == (tmp_path, 2.5, False)
     assert open_source(f"replay:{tmp_path}").fps == 5.0
+    # picamera2[:INDEX]: libcamera's camera number, kept (it was dropped: camera 0 always).
+    assert open_source("picamera2").index == 0
+    assert open_source("picamera2:1").index == 1
+    assert open_source("opencv:2").index == 2
+
+
+def test_a_picamera2_index_libcamera_does_not_report_is_one_line() -> None:
+    """The cameras as picamera2's global_camera_info() lists them (a Pi 5 with a Camera
+    Module 3 on one connector)."""
+    from edge.camera.picamera2 import Picamera2Source
+
+    cameras = [{"Model": "imx708_wide", "Location": 2, "Rotation": 180, "Num": 0,
+                "Id": "/base/axi/pcie@120000/rp1/i2c@88000/imx708@1a"}]  # fmt: skip
+    Picamera2Source(index=0)._check_index(cameras)
+    with pytest.raises(CameraError) as refused:
+        Picamera2Source(index=1)._check_index(cameras)
+    assert str(refused.value) == (
+        "picamera2: no camera 1; libcamera reports 0: imx708_wide (`rpicam-hello "
+        "--list-cameras`; a camera connected or reseated since boot needs a reboot)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -100,6 +120,8 @@ def test_specs_open_the_named_source(tmp_path: Path) -> None:
         ("replay:/x@fast", "replay fps 'fast' is not a number"),
         ("replay:/x@0", "replay fps must be positive"),
         ("opencv:front", "opencv camera index 'front' is not a number"),
+        ("picamera2:back", "picamera2 camera index 'back' is not a number"),
+        ("picamera2:-1", "picamera2 camera index '-1' is not a number"),
         ("fake:ok*0", "count must be at least 1"),
     ],
 )

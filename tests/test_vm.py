@@ -26,7 +26,7 @@ each checked against the photo:
   buffers, close within its bound, reopen; RGB channel order and orientation. Where
   picamera2 refuses a non-Pi, test set-up patches it (tests/vm_picamera2, each patch
   naming the line);
-- the installed daemon, ``source = "picamera2"``, under the unit the installer put in
+- the installed daemon, ``source = "picamera2:0"``, under the unit the installer put in
   place: frames written, the final status.json's accounting exact, and the depth the
   host's pipeline computes from the frame the source gave.
 Each boot runs its job after cloud-init has finished and records what it saw in /job;
@@ -231,6 +231,7 @@ part nocamera source none  # before the virtual camera exists: what a Pi without
 virtual_camera
 part libcamera libcamera
 part source source
+part wrongindex source index1  # a Pi 5's second connector, empty here
 """
     + f"part daemon daemon {DAEMON_FRAMES} {DAEMON_WAIT_S}\n"
 )
@@ -308,6 +309,13 @@ import sys, time
 import numpy as np
 from edge.errors import CameraError
 from edge.camera.picamera2 import Picamera2Source
+if sys.argv[1:] == ["index1"]:  # one camera (0): camera 1 is refused, naming camera 0
+    try:
+        Picamera2Source(index=1, width=_W_, height=_H_, timeout=5.0).open()
+    except CameraError as e:
+        print(f"index 1: CameraError: {e}")
+        sys.exit(0)
+    sys.exit("index 1: opened a camera that is not there")
 if sys.argv[1:] == ["none"]:  # no camera yet: each open fails in one line, twice alike
     for run in range(2):
         try:
@@ -516,9 +524,22 @@ def test_picamera2_source_without_a_camera(boots: list[vm.Result]) -> None:
     for run in (0, 1):
         line = next(x for x in out.splitlines() if x.startswith(f"open {run}: "))
         assert line == (
-            f"open {run}: CameraError: picamera2: cannot start the camera (No camera number 0 "
-            'found - use "rpicam-hello --list-cameras" to check connected cameras)'
+            f"open {run}: CameraError: picamera2: no camera 0; libcamera reports none "
+            "(`rpicam-hello --list-cameras`; a camera connected or reseated since boot needs a "
+            "reboot)"
         ), line
+
+
+def test_picamera2_index_libcamera_does_not_report(boots: list[vm.Result]) -> None:
+    """``picamera2:1`` with one camera (a Pi 5 with its second connector empty): one
+    line naming the cameras libcamera does report, by number and model."""
+    out = part(boots[1], "wrongindex")
+    line = next(x for x in out.splitlines() if x.startswith("index 1: "))
+    assert line == (
+        "index 1: CameraError: picamera2: no camera 1; libcamera reports 0: da3-edge test "
+        "photo (`rpicam-hello --list-cameras`; a camera connected or reseated since boot needs "
+        "a reboot)"
+    ), line
 
 
 def test_libcamera_virtual_camera_captures_the_photo(boots: list[vm.Result]) -> None:
@@ -570,7 +591,7 @@ def test_picamera2_source_on_the_virtual_camera(boots: list[vm.Result]) -> None:
 
 
 def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_models: Path) -> None:
-    """The installed daemon, ``source = "picamera2"``, under the unit the installer put
+    """The installed daemon, ``source = "picamera2:0"``, under the unit the installer put
     in place (its sandbox, user, device policy and MemoryMax=) writes depth frames from
     the virtual camera: the same depth the host computes from the frame the source gave."""
     out = part(boots[1], "daemon")
@@ -583,7 +604,7 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_mode
     print("final status:", json.dumps({k: status[k] for k in ("state", "camera")}), c)
     # Under TCG a frame takes 21-280 s, so the stop (TimeoutStopSec=10) lands mid-inference:
     # "stopped with infer still busy", that frame in flight, and still exact.
-    assert status["state"].startswith("stopped") and status["camera"]["source"] == "picamera2"
+    assert status["state"].startswith("stopped") and status["camera"]["source"] == "picamera2:0"
     assert status["model"]["random_init"] is True
     assert c["written"] >= DAEMON_FRAMES and c["camera_errors"] == 0
     # The stop's SIGTERM is the daemon's to handle: the worker computing that frame lives on

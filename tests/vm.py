@@ -243,7 +243,7 @@ VIRTUAL_YAML = """%YAML 1.1
 """
 DAEMON_CONFIG = """\
 [camera]
-source = "picamera2"
+source = "picamera2:0"
 width = {width}
 height = {height}
 timeout = 5.0

@@ -2,7 +2,8 @@
 
 ``open_source(spec)`` turns a SPEC string into a source:
 
-- ``picamera2`` — the Raspberry Pi camera (libcamera via picamera2, from apt);
+- ``picamera2[:INDEX]`` — the Raspberry Pi camera (libcamera via picamera2, from apt);
+  INDEX is libcamera's camera number (a Pi 5 has two connectors; default 0);
 - ``opencv[:INDEX]`` — a USB/UVC or Mac camera through OpenCV (default index 0);
 - ``replay:PATH[@FPS][:once]`` — images from a directory (sorted) or a video file,
   at FPS (default 5), looping unless ``:once``;
@@ -44,19 +45,26 @@ def open_source(spec: str, *, width: int = 1280, height: int = 720, timeout: flo
     if kind == "opencv":
         from edge.camera.opencv import OpenCVSource
 
-        try:
-            index = int(rest) if rest else 0
-        except ValueError:
-            raise UsageError(f"opencv camera index {rest!r} is not a number") from None
-        return OpenCVSource(index, width=width, height=height, timeout=timeout)
+        return OpenCVSource(_index(kind, rest), width=width, height=height, timeout=timeout)
     if kind == "picamera2":
         from edge.camera.picamera2 import Picamera2Source
 
-        return Picamera2Source(width=width, height=height, timeout=timeout)
+        return Picamera2Source(
+            index=_index(kind, rest), width=width, height=height, timeout=timeout
+        )
     raise UsageError(
-        f"unknown source {spec!r} (use picamera2, opencv[:INDEX], replay:PATH[@FPS][:once] "
-        "or fake[:SCRIPT])"
+        f"unknown source {spec!r} (use picamera2[:INDEX], opencv[:INDEX], "
+        "replay:PATH[@FPS][:once] or fake[:SCRIPT])"
     )
+
+
+def _index(kind: str, text: str) -> int:
+    """The camera number after ``KIND:`` (0 when none), or UsageError."""
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise UsageError(f"{kind} camera index {text!r} is not a number (0, 1, ...)")
+    return int(text)
 
 
 __all__ = ["CameraError", "CameraTimeout", "Frame", "Source", "open_source"]

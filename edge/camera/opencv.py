@@ -9,6 +9,7 @@ stall watchdog, not here.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from edge.camera.base import Frame, SourceBase
@@ -38,7 +39,9 @@ class OpenCVSource(SourceBase):
         cap = cv2.VideoCapture(self.index)
         if not cap.isOpened():
             cap.release()
-            raise CameraError(f"opencv: cannot open camera {self.index}")
+            devices = sorted(str(p) for p in Path("/dev").glob("video[0-9]*"))
+            here = f" (video devices here: {', '.join(devices)})" if devices else ""
+            raise CameraError(f"opencv: cannot open camera {self.index}{here}")
         cap.set(cv2.CAP_PROP_FRAME_WIDTH, self.width)
         cap.set(cv2.CAP_PROP_FRAME_HEIGHT, self.height)
         cap.set(cv2.CAP_PROP_BUFFERSIZE, 1)  # freshest frame, not a queue

@@ -31,7 +31,10 @@ from edge.errors import CameraError, CameraTimeout
 class Picamera2Source(SourceBase):
     name = "picamera2"
 
-    def __init__(self, *, width: int = 1280, height: int = 720, timeout: float = 2.0) -> None:
+    def __init__(
+        self, *, index: int = 0, width: int = 1280, height: int = 720, timeout: float = 2.0
+    ) -> None:
+        self.index = index
         self.width, self.height = width, height
         self.timeout = timeout
         self._cam: Any = None
@@ -54,7 +57,8 @@ class Picamera2Source(SourceBase):
             ) from None
         cam = None
         try:
-            cam = Picamera2()
+            self._check_index(Picamera2.global_camera_info())
+            cam = Picamera2(self.index)
             config = cam.create_video_configuration(
                 main={"size": (self.width, self.height), "format": "RGB888"}, buffer_count=4
             )
@@ -72,6 +76,19 @@ class Picamera2Source(SourceBase):
                 raise
             raise CameraError(f"picamera2: cannot start the camera ({exc})") from None
         self._cam = cam
+
+    def _check_index(self, cameras: list[dict[str, Any]]) -> None:
+        """CameraError naming the cameras libcamera reports when INDEX is not one."""
+        if self.index < len(cameras):
+            return
+        found = ", ".join(
+            f"{c.get('Num', n)}: {c.get('Model', 'unknown')}" for n, c in enumerate(cameras)
+        )
+        raise CameraError(
+            f"picamera2: no camera {self.index}; libcamera reports "
+            f"{found or 'none'} (`rpicam-hello --list-cameras`; a camera connected or "
+            "reseated since boot needs a reboot)"
+        )
 
     def read(self, timeout: float) -> Frame:
         if self._cam is None:

@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--source",
         metavar="SPEC",
-        help="camera: picamera2, opencv[:INDEX], replay:PATH[@FPS][:once], fake[:SCRIPT] "
+        help="camera: picamera2[:INDEX], opencv[:INDEX], replay:PATH[@FPS][:once], fake[:SCRIPT] "
         "(config camera.source)",
     )
     p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")

@@ -73,9 +73,7 @@ class _OpenFile(Response):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await send(
-                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-            )
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             if scope["method"] != "HEAD":
                 while chunk := await asyncio.to_thread(os.read, self.fd, CHUNK):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
