@@ -126,7 +126,7 @@ def run_pipeline(
                 t_decoded = time.perf_counter()
                 frame = pipe.run(still, decode_ms=(t_decoded - t_start) * 1000)
                 t_run = time.perf_counter()
-                frames.write(frame, out, "bench", frames.FORMATS, durable=False)
+                frames.write(frame, out, "bench", frames.DEFAULT_FORMATS, durable=False)
                 t_end = time.perf_counter()
                 if i < warmup:
                     continue

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import ConfigError
-from edge.layout import FORMATS
+from edge.layout import DEFAULT_FORMATS, FORMATS
 from edge.models import PRECISIONS
 from edge.stages import BACKENDS
 
@@ -53,7 +53,7 @@ class StoreConfig:
     dir: str = ""
     keep_frames: int = 100
     max_bytes: int = 268435456
-    formats: tuple[str, ...] = FORMATS
+    formats: tuple[str, ...] = DEFAULT_FORMATS
     preview_max_side: int = 640
     persist_dir: str = ""
     persist_every: float = 60.0
@@ -81,6 +81,16 @@ class ServeConfig:
     downloads: int = 8
 
 
+# What publish sends of each frame as an image: nothing, the depth preview (PNG), the
+# scene (the "rgb" output, JPEG), or both on their own topics.
+PREVIEWS = ("off", "depth", "rgb", "both")
+# Booleans a key once took, and the values they stand for now (a config written then
+# still loads: the installer checks the one on a Pi before anything else).
+LEGACY: dict[tuple[str, str], dict[bool, str]] = {
+    ("mqtt", "preview"): {True: "depth", False: "off"}
+}
+
+
 @dataclass(frozen=True)
 class MqttConfig:
     enabled: bool = False
@@ -95,7 +105,7 @@ class MqttConfig:
     allow_plaintext_password: bool = False
     device_id: str = ""
     state_max_rate: float = 2.0
-    preview: bool = False
+    preview: str = "off"  # PREVIEWS
     preview_max_rate: float = 1.0
     queue_limit: int = 100
 
@@ -200,6 +210,7 @@ def parse(text: str, path: str | None = None, parts: Collection[str] = DAEMON_PA
             if key not in defaults.__dataclass_fields__:
                 known = ", ".join(defaults.__dataclass_fields__)
                 raise ConfigError(f"{_where(path, text, name, key)}: unknown key (known: {known})")
+            raw = LEGACY.get((name, key), {}).get(raw, raw) if isinstance(raw, bool) else raw
             values[key] = _coerce(raw, getattr(defaults, key), _where(path, text, name, key))
         sections[name] = cls(**values)
     config = Config(**sections, path=path)
@@ -336,6 +347,8 @@ def _validate_mqtt(mqtt: MqttConfig, fail: Fail) -> None:
         fail("mqtt", "device_id", "must be 1-64 of A-Z a-z 0-9 _ - (it is part of topics)")
     if mqtt.state_max_rate < 0:
         fail("mqtt", "state_max_rate", "must be 0 (every frame) or more")
+    if mqtt.preview not in PREVIEWS:
+        fail("mqtt", "preview", f"must be one of {', '.join(PREVIEWS)}")
     if not 0 < mqtt.preview_max_rate <= 1:
         fail("mqtt", "preview_max_rate", "must be more than 0 and at most 1 (per second)")
     if not 1 <= mqtt.queue_limit <= 100_000:

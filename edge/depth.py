@@ -37,6 +37,9 @@ class DepthFrame:
     exif_transposed: bool = False
     threads: int = 0  # the core's CPU threads
     fp16_arithmetic: bool = False  # XNNPACK computed in fp16 (FORCE_FP16), not fp32
+    # The image the depth was made from (HxWx3 uint8, the caller's array, not a copy):
+    # for the "rgb" output, the scene beside the depth.
+    rgb: np.ndarray | None = field(default=None, repr=False, compare=False)
     _depth_range: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -32,6 +32,7 @@ import numpy as np
 
 from edge import __version__, atomic
 from edge.depth import DepthFrame
+from edge.layout import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
 from edge.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
 from edge.layout import SUFFIXES as SUFFIXES
 
@@ -250,8 +251,27 @@ def render(
         "npz": lambda: npz_writer(frame),
         "preview": lambda: preview_png(frame.depth, inv, preview_max_side),
         "json": lambda: sidecar(frame, extra),
+        "rgb": lambda: rgb_jpeg(frame),
     }
     return {fmt: makers[fmt]() for fmt in formats}
+
+
+RGB_QUALITY = 85
+
+
+def rgb_jpeg(frame: DepthFrame) -> bytes:
+    """The scene the depth came from, as JPEG at the depth's size (the outputs' size)."""
+    if frame.rgb is None:
+        raise ValueError(f"{frame.name}: no camera image kept to write as rgb")
+    from PIL import Image
+
+    image = Image.fromarray(frame.rgb)
+    h, w = frame.depth.shape
+    if image.size != (w, h):
+        image = image.resize((w, h), Image.Resampling.BILINEAR, reducing_gap=2.0)
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=RGB_QUALITY)
+    return out.getvalue()
 
 
 def write(

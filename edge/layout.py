@@ -14,9 +14,19 @@ from pathlib import Path
 
 from edge.errors import ConfigError
 
-# What a frame is written as, and each format's file suffix after the stem.
-FORMATS = ("png", "npz", "preview", "json")
-SUFFIXES = {"png": ".depth.png", "npz": ".npz", "preview": ".preview.png", "json": ".json"}
+# What a frame can be written as, and each format's file suffix after the stem: the
+# depth (16-bit PNG, npz with confidence, colour preview), the record, and the scene the
+# depth came from (the camera frame as JPEG, at the outputs' size). All but the scene by
+# default (DEFAULT_FORMATS).
+FORMATS = ("png", "npz", "preview", "json", "rgb")
+DEFAULT_FORMATS = ("png", "npz", "preview", "json")
+SUFFIXES = {
+    "png": ".depth.png",
+    "npz": ".npz",
+    "preview": ".preview.png",
+    "json": ".json",
+    "rgb": ".rgb.jpg",
+}
 
 # The store: frames/<10-digit seq>/frame.<suffix>, `latest` pointing at the newest.
 FRAMES = "frames"

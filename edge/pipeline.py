@@ -43,6 +43,7 @@ class Job:
     x: np.ndarray | None  # the preprocessed input, until submitted
     timings: dict[str, float]
     raw: tuple[np.ndarray, np.ndarray] | None = None  # the core's depth and confidence
+    rgb: np.ndarray | None = None  # the pixels, kept for the "rgb" output when asked
 
 
 def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> tuple[int, int]:
@@ -199,14 +200,21 @@ class Pipeline(Closing):
         return self.run(image, name)
 
     def run(
-        self, image: Any, name: str | None = None, decode_ms: float = 0.0, *, last: bool = False
+        self,
+        image: Any,
+        name: str | None = None,
+        decode_ms: float = 0.0,
+        *,
+        last: bool = False,
+        keep_rgb: bool = False,
     ) -> DepthFrame:
         """One image (decoded unless a ``Still``, whose ``decode_ms`` the caller may
         give) through preprocess, core and postprocess. ``last``: no image follows, so
         the core is closed as soon as it has answered, and its memory (packed weights,
         activations: ~200 MiB for fp16 here) is freed before postprocessing and writing
-        add theirs; the pipeline opens it again if asked."""
-        job = self.prepare(image, name, decode_ms)
+        add theirs; the pipeline opens it again if asked. ``keep_rgb``: the frame keeps
+        the pixels (``DepthFrame.rgb``) for the "rgb" output."""
+        job = self.prepare(image, name, decode_ms, keep_rgb=keep_rgb)
         self.submit(job)
         if last:
             self.collect(job)
@@ -224,9 +232,16 @@ class Pipeline(Closing):
     # the core computes this one, and postprocesses this one while the core computes
     # the next: the core waits for neither.
     def prepare(
-        self, image: Any, name: str | None = None, decode_ms: float = 0.0, worker: int = 0
+        self,
+        image: Any,
+        name: str | None = None,
+        decode_ms: float = 0.0,
+        worker: int = 0,
+        *,
+        keep_rgb: bool = False,
     ) -> Job:
-        """Decode (unless given a ``Still``), choose the core (of ``worker``), preprocess."""
+        """Decode (unless given a ``Still``), choose the core (of ``worker``), preprocess;
+        ``keep_rgb``: keep the pixels for the frame (``DepthFrame.rgb``)."""
         t0 = time.perf_counter()
         if isinstance(image, images.Still):
             still = image
@@ -239,14 +254,16 @@ class Pipeline(Closing):
         t1 = time.perf_counter()
         x = self.stages.preprocess(still.rgb, used)
         t2 = time.perf_counter()
-        # The pixels are not needed past here: keep a stand-in of their shape that holds
-        # no memory, so a decoded still (5.8 MB at 1200x1600) is not resident through the
-        # core's peak. (A camera frame's pixels stay with the frame that owns them.)
+        # Unless the "rgb" output wants them, the pixels are not needed past here: keep a
+        # stand-in of their shape that holds no memory, so a decoded still (5.8 MB at
+        # 1200x1600) is not resident through the core's peak. (A camera frame's pixels
+        # stay with the frame that owns them: keeping them costs the daemon nothing.)
+        rgb = still.rgb if keep_rgb else None
         still = dataclasses.replace(still, rgb=np.broadcast_to(_PIXEL, still.rgb.shape))
         trace.mark("preprocessed")
         return Job(
             still, wanted, used, core, artifact, x,
-            {"decode": decode_ms, "preprocess": (t2 - t1) * 1000},
+            {"decode": decode_ms, "preprocess": (t2 - t1) * 1000}, rgb=rgb,
         )  # fmt: skip
 
     def submit(self, job: Job) -> None:
@@ -291,6 +308,7 @@ class Pipeline(Closing):
             exif_transposed=still.exif_transposed,
             threads=job.core.threads,
             fp16_arithmetic=job.core.fp16_arithmetic,
+            rgb=job.rgb,
         )
 
     def close(self) -> None:

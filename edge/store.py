@@ -56,7 +56,7 @@ class FrameStore:
         *,
         keep_frames: int = 100,
         max_bytes: int = 256 << 20,
-        formats: tuple[str, ...] = frames.FORMATS,
+        formats: tuple[str, ...] = frames.DEFAULT_FORMATS,
         preview_max_side: int = 0,
         persist_dir: Path | None = None,
         persist_every: float = 60.0,

@@ -104,6 +104,26 @@ def test_inverse_from_a_known_depth_range_is_bit_identical() -> None:
         np.testing.assert_array_equal(known, plain)
 
 
+def test_rgb_is_the_scene_at_the_outputs_size() -> None:
+    """The "rgb" output: the frame's pixels as JPEG at the depth's size (resized when the
+    outputs are smaller than the image), and refused without pixels."""
+    from edge.depth import DepthFrame
+
+    rgb = _smooth((120, 160, 3), np.uint8, 255, seed=4)
+    for shape in ((120, 160), (60, 80)):
+        depth = np.ones(shape, np.float32)
+        frame = DepthFrame(depth, depth, "x", (120, 160), (14, 14), (14, 14), "fp16", "numpy",
+                           "m", "random-init:0", True, "a.tflite", rgb=rgb)  # fmt: skip
+        with Image.open(io.BytesIO(frames.render(frame, ["rgb"])["rgb"])) as im:
+            assert im.format == "JPEG" and im.size == (shape[1], shape[0])
+            if shape == (120, 160):
+                err = np.abs(np.asarray(im, np.int16) - rgb.astype(np.int16)).mean()
+                assert err < 3.0, err
+    frame.rgb = None
+    with pytest.raises(ValueError, match="no camera image kept"):
+        frames.render(frame, ["rgb"])
+
+
 def test_npz_is_what_np_savez_writes() -> None:
     """npz_writer lays the archive out itself (no copies of the arrays); np.load must
     read it like np.savez's, at the same size."""

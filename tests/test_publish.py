@@ -398,6 +398,50 @@ def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
     assert f"mqtt.tls_key: {key} can be read by others (mode 644)" in leaky_key.stderr
 
 
+@pytest.mark.parametrize(
+    ("preview", "topics"),
+    [("off", []), ("depth", ["/preview"]), ("rgb", ["/scene"]), ("both", ["/preview", "/scene"])],
+)
+def test_preview_the_depth_the_scene_or_both(
+    tmp_path: Path, preview: str, topics: list[str]
+) -> None:
+    """mqtt.preview picks the images sent with each frame (retained, each its own topic),
+    and discovery announces an image entity for each."""
+    from edge.config import MqttConfig
+    from edge.publish import Publisher
+    from edge.publish import topics as t
+
+    from .test_store_trust import frame
+
+    root = tmp_path / "store"
+    root.mkdir(mode=0o755)
+    path = frame(root / "frames", 7, preview=b"\x89PNG\r\n\x1a\n depth")
+    (path / "frame.rgb.jpg").write_bytes(b"\xff\xd8\xff scene")
+    publisher = Publisher(MqttConfig(enabled=True, preview=preview, device_id="testpi"), root)
+    publisher.on_frame(7)
+    images = {topic.removeprefix("da3edge/testpi"): (payload[:4], retain)
+              for topic, payload, _qos, retain in publisher.queue if not topic.endswith("/state")}  # fmt: skip
+    assert sorted(images) == topics
+    if "/preview" in images:
+        assert images["/preview"] == (b"\x89PNG", True)
+    if "/scene" in images:
+        assert images["/scene"] == (b"\xff\xd8\xff ", True)
+    payload = t.discovery(publisher.topics, preview=preview)
+    check_discovery(payload, preview=preview in ("depth", "both"))
+    assert ("scene" in payload["cmps"]) is (preview in ("rgb", "both"))
+
+
+def test_a_preview_of_true_or_false_still_loads() -> None:
+    """Configs written when mqtt.preview was a boolean: true is the depth, false none."""
+    from edge import config as config_mod
+
+    for old, now in ((True, "depth"), (False, "off")):
+        text = f"[mqtt]\nenabled = true\npreview = {str(old).lower()}\n"
+        assert config_mod.parse(text, parts=("mqtt",)).mqtt.preview == now
+    with pytest.raises(config_mod.ConfigError, match=r"mqtt\.preview must be one of off, depth"):
+        config_mod.parse('[mqtt]\npreview = "scene"\n', parts=("mqtt",))
+
+
 def test_discovery_again_when_home_assistant_comes_online(tmp_path: Path, broker: Broker) -> None:
     """Home Assistant restarting publishes `online` on homeassistant/status: the device
     is announced again (its retained config may have been cleared meanwhile)."""

@@ -66,10 +66,16 @@ def serving(args: list[str], log: Path) -> Iterator[Serve]:
         s.stop()
 
 
-def daemon(tmp_path: Path, store: Path, models: Path) -> DaemonProcess:
-    """The real daemon on the fake camera, in a directory of its own (one per start)."""
+SCENE = {"store": {"formats": ["png", "npz", "preview", "json", "rgb"]}}  # with the scene
+
+
+def daemon(
+    tmp_path: Path, store: Path, models: Path, sections: dict[str, dict[str, object]] | None = None
+) -> DaemonProcess:
+    """The real daemon on the fake camera, in a directory of its own (one per start);
+    ``sections`` add to its config."""
     run = Path(tempfile.mkdtemp(dir=tmp_path, prefix="daemon-"))
-    cfg = write_config(run / "c.toml", "fake:fps:20", store, models)
+    cfg = write_config(run / "c.toml", "fake:fps:20", store, models, **(sections or {}))
     return DaemonProcess(run, ["--config", str(cfg)])
 
 
@@ -292,38 +298,64 @@ def test_metrics_parse_and_pass_promtool(small_models: Path, tmp_path: Path) -> 
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_mjpeg_stream_parts_are_whole_jpegs_of_new_frames(
+def mjpeg_parts(port: int, view: str, count: int) -> list[bytes]:
+    """The first ``count`` parts of /stream.mjpg?view=VIEW, each checked whole."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.request("GET", f"/stream.mjpg?view={view}")
+    resp = conn.getresponse()
+    media = resp.getheader("content-type", "")
+    boundary = media.split("boundary=")[1].encode()
+    assert media.startswith("multipart/x-mixed-replace") and resp.status == 200
+    assert resp.readline() == b"--" + boundary + b"\r\n"
+    images: list[bytes] = []
+    while len(images) < count:
+        headers = {}
+        while (line := resp.readline()) != b"\r\n":
+            key, _, value = line.decode().partition(":")
+            headers[key.lower()] = value.strip()
+        assert headers["content-type"] == "image/jpeg"
+        data = resp.read(int(headers["content-length"]))
+        assert resp.readline() == b"\r\n" and resp.readline() == b"--" + boundary + b"\r\n"
+        images.append(data)
+    conn.close()
+    return images
+
+
+def test_mjpeg_stream_parts_are_whole_jpegs_of_new_frames_in_each_view(
     small_models: Path, tmp_path: Path
 ) -> None:
+    """A daemon that writes the scene too ("rgb" in store.formats): frame.rgb.jpg in each
+    frame, /latest.rgb.jpg, and each view of the stream whole JPEGs of new frames, the
+    side-by-side one as wide as the scene and the depth together."""
     store = tmp_path / "store"
     with (
-        daemon(tmp_path, store, small_models) as d,
+        daemon(tmp_path, store, small_models, SCENE) as d,
         serving(["--store", str(store)], tmp_path / "serve.log") as s,
     ):
         d.wait_for(lambda: frame_dirs(store), what="a frame")
-        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
-        conn.request("GET", "/stream.mjpg")
-        resp = conn.getresponse()
-        media = resp.getheader("content-type", "")
-        boundary = media.split("boundary=")[1].encode()
-        assert media.startswith("multipart/x-mixed-replace") and resp.status == 200
-        assert resp.readline() == b"--" + boundary + b"\r\n"
-        images: list[bytes] = []
-        while len(images) < 3:
-            headers = {}
-            while (line := resp.readline()) != b"\r\n":
-                key, _, value = line.decode().partition(":")
-                headers[key.lower()] = value.strip()
-            assert headers["content-type"] == "image/jpeg"
-            data = resp.read(int(headers["content-length"]))
-            assert resp.readline() == b"\r\n" and resp.readline() == b"--" + boundary + b"\r\n"
-            images.append(data)
-        conn.close()
+        assert (frame_dirs(store)[-1] / "frame.rgb.jpg").is_file()
+        code, headers, scene = s.get("/latest.rgb.jpg")
+        assert code == 200 and headers["content-type"] == "image/jpeg"
+        with Image.open(io.BytesIO(scene)) as im:
+            assert im.format == "JPEG" and im.size == (320, 240)  # the outputs' size
+        views = {view: mjpeg_parts(s.port, view, 3) for view in ("depth", "rgb", "side")}
+        code, _, body = s.get("/stream.mjpg?view=both")
+        assert code == 400 and body == b"view must be one of depth, rgb, side\n"
         assert d.stop() == 0
-    for data in images:
-        with Image.open(io.BytesIO(data)) as im:
-            assert im.format == "JPEG" and im.size == (320, 240)
-    assert len(set(images)) >= 2  # the fake camera's frames differ
+    sizes = {"depth": (320, 240), "rgb": (320, 240), "side": (640, 240)}
+    for view, images in views.items():
+        for data in images:
+            with Image.open(io.BytesIO(data)) as im:
+                assert im.format == "JPEG" and im.size == sizes[view], (view, im.size)
+        assert len(set(images)) >= 2, view  # the fake camera's frames differ
+    # The scene is the camera's picture, not the colour map: their pixels differ.
+    with (
+        Image.open(io.BytesIO(views["rgb"][0])) as a,
+        Image.open(io.BytesIO(views["depth"][0])) as b,
+    ):
+        diff = np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).mean()
+    print(f"scene vs depth preview: mean |difference| {diff:.1f} levels")
+    assert diff > 20
 
 
 def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> None:
@@ -338,7 +370,7 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
     assert chromium, "chromium missing: .ci/run installs it (requirements/apt.txt)"
     store = tmp_path / "store"
     with (
-        daemon(tmp_path, store, small_models) as d,
+        daemon(tmp_path, store, small_models, SCENE) as d,
         serving(["--store", str(store)], tmp_path / "serve.log") as s,
         sync_playwright() as pw,
     ):
@@ -370,6 +402,25 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
             assert page.inner_text("#camera") == "ok" and page.inner_text("#daemon") == "running"
             age = float(page.inner_text("#age").removesuffix(" s"))
             assert 0 <= age < 5, age
+            # The view switch: the scene, then both side by side; the image changes.
+            views = {}
+            for view in ("depth", "rgb", "side"):
+                page.click(f"#view-{view}")
+                while time.monotonic() < end + 30:
+                    src = page.eval_on_selector("#preview", "e => e.src")
+                    size = page.eval_on_selector(
+                        "#preview", "e => e.complete ? [e.naturalWidth, e.naturalHeight] : null"
+                    )
+                    if f"view={view}" in src and size and size[0] > 0:
+                        break
+                    time.sleep(0.05)
+                views[view] = (size, page.locator("#preview").screenshot())
+                assert page.get_attribute(f"#view-{view}", "aria-pressed") == "true"
+                assert page.is_hidden("#scale") is (view == "rgb")  # no depth colours
+            print("views:", {v: size for v, (size, _) in views.items()})
+            assert views["depth"][0] == views["rgb"][0] == [320, 240]
+            assert views["side"][0] == [640, 240]  # the scene and the depth, side by side
+            assert views["rgb"][1] != views["depth"][1] != views["side"][1]
             shot = cache_dir() / "artifacts" / "serve-page.png"
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)

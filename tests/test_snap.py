@@ -110,6 +110,23 @@ def test_single_file_is_quiet_and_exact(small_models: Path, photos: Path, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grey.json", "grey.npz"]
 
 
+def test_the_scene_beside_the_depth(small_models: Path, photos: Path, tmp_path: Path) -> None:
+    """``--format rgb``: the image itself as JPEG at the outputs' size, beside the depth."""
+    photo = photos / "good" / "wide-16x9.jpg"
+    proc = run_cli(["snap", str(photo), "--models", str(small_models), "-o", str(tmp_path),
+                    "--format", "preview,rgb"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "wide-16x9.preview.png",
+        "wide-16x9.rgb.jpg",
+    ]
+    with Image.open(tmp_path / "wide-16x9.rgb.jpg") as scene, Image.open(photo) as original:
+        assert scene.format == "JPEG" and scene.size == original.size
+        err = np.abs(np.asarray(scene, np.int16) - np.asarray(original.convert("RGB"), np.int16))
+    print(f"rgb output vs the photo: mean |error| {err.mean():.2f} levels")
+    assert err.mean() < 3.0
+
+
 def test_stdin(small_models: Path, photos: Path, tmp_path: Path) -> None:
     data = (photos / "good" / "wide-16x9.jpg").read_bytes()
     proc = run_cli(["snap", "-", "--models", str(small_models), "-o", str(tmp_path)], stdin=data)

@@ -97,29 +97,31 @@ def test_latest_pointing_out_of_the_store_is_not_followed(tmp_path: Path, how: s
     assert "Traceback" not in s.log
 
 
-@pytest.mark.parametrize("name", ["frame.npz", "frame.preview.png"])
+@pytest.mark.parametrize("name", ["frame.npz", "frame.preview.png", "frame.rgb.jpg"])
 def test_a_frame_file_that_is_a_link_is_not_served_or_published(tmp_path: Path, name: str) -> None:
     root = store(tmp_path)
     target = root / "frames" / "0000000042" / name
     target.unlink(missing_ok=True)
     os.symlink(secret_file(tmp_path), target)
     with serving(["--store", str(root)], tmp_path / "serve.log") as s:
-        for path in ("/latest.npz", "/latest.preview.png", "/latest.jpg", "/stream.mjpg"):
-            code, _, body = get(s.port, path, timeout=3) if path != "/stream.mjpg" else mjpg(s.port)
+        for path in ("/latest.npz", "/latest.preview.png", "/latest.rgb.jpg", "/latest.jpg",
+                     "/latest.jpg?view=side", "/stream.mjpg", "/stream.mjpg?view=rgb"):  # fmt: skip
+            stream = path.startswith("/stream.mjpg")
+            code, _, body = mjpg(s.port, path) if stream else get(s.port, path, timeout=3)
             print(path, code, body[:80])
             assert SECRET not in body, path
         assert get(s.port, "/latest.json")[0] == 200  # the honest record is still served
     # publish reads the same files for the broker (the preview goes out retained).
-    publisher = Publisher(MqttConfig(enabled=True, preview=True), root)
+    publisher = Publisher(MqttConfig(enabled=True, preview="both"), root)
     publisher.on_frame(42)
     sent = [payload for _topic, payload, _qos, _retain in publisher.queue]
     assert sent and not [p for p in sent if SECRET in p], sent
 
 
-def mjpg(port: int) -> tuple[int, dict[str, str], bytes]:
-    """The first second of /stream.mjpg."""
+def mjpg(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    """The first second of a /stream.mjpg."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-    conn.request("GET", "/stream.mjpg")
+    conn.request("GET", path)
     resp = conn.getresponse()
     body = b""
     with contextlib.suppress(TimeoutError):

@@ -51,9 +51,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--format",
-        default="png,npz,preview,json",
+        default=",".join(frames.DEFAULT_FORMATS),
         metavar="LIST",
-        help="comma-separated outputs from png,npz,preview,json (default: all)",
+        help=f"comma-separated outputs from {','.join(frames.FORMATS)} (default: "
+        f"{','.join(frames.DEFAULT_FORMATS)}; rgb: the image itself as JPEG, beside the depth)",
     )
     p.add_argument(
         "--strict-shape",
@@ -195,7 +196,9 @@ def main(args: Sequence[str] | None = None) -> int:
             start = time.perf_counter()
             try:
                 source = sys.stdin.buffer.read() if item.source == "-" else item.source
-                frame = pipeline.run(source, name=item.label, last=index == total)
+                frame = pipeline.run(
+                    source, name=item.label, last=index == total, keep_rgb="rgb" in formats
+                )
                 key = "-" if item.source == "-" else str(Path(item.source).resolve())
                 stem = claim_stem(out, item.stem, key, taken, formats)
                 try:

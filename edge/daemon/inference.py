@@ -180,7 +180,9 @@ class Inference:
     def _prepare(self, frame: Frame, worker: int) -> Job | None:
         t0 = time.monotonic()
         try:
-            return self.pipeline.prepare(frame.rgb, name=f"frame-{frame.seq}", worker=worker)
+            return self.pipeline.prepare(
+                frame.rgb, name=f"frame-{frame.seq}", worker=worker, keep_rgb=True
+            )
         except EdgeError as exc:
             self._failed("preprocess", frame, exc)
             return None

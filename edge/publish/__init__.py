@@ -163,12 +163,23 @@ class Publisher:
         if rate == 0 or now - self._last_state >= 1 / rate:
             self._last_state = now
             self.enqueue(self.topics.state, json.dumps(t.state_payload(record)).encode())
-        if self.mqtt.preview and now - self._last_preview >= 1 / self.mqtt.preview_max_rate:
-            png = read_in(self.store, *frame_names(seq, "preview"))
-            if png is None:
-                return
+        preview = self.mqtt.preview
+        if preview != "off" and now - self._last_preview >= 1 / self.mqtt.preview_max_rate:
+            wanted = {
+                "preview": (self.topics.preview, preview in ("depth", "both")),
+                "rgb": (self.topics.scene, preview in ("rgb", "both")),
+            }
+            images = {
+                topic: read_in(self.store, *frame_names(seq, fmt))
+                for fmt, (topic, on) in wanted.items()
+                if on
+            }
+            if any(data is None for data in images.values()):
+                return  # pruned already, or not written (store.formats)
             self._last_preview = now
-            self.enqueue(self.topics.preview, png, retain=True)
+            for topic, data in images.items():
+                assert data is not None
+                self.enqueue(topic, data, retain=True)
 
     def on_status(self) -> None:
         newest = latest(self.store)

@@ -60,6 +60,10 @@ class Topics:
         return f"{self.base}/preview"
 
     @property
+    def scene(self) -> str:
+        return f"{self.base}/scene"
+
+    @property
     def discovery(self) -> str:
         return f"{HA_PREFIX}/device/da3edge_{self.device_id}/config"
 
@@ -130,10 +134,11 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def discovery(topics: Topics, *, preview: bool) -> dict[str, Any]:
+def discovery(topics: Topics, *, preview: str) -> dict[str, Any]:
     """Home Assistant device-based discovery for this publisher: health sensors, and
-    the preview as an image entity when it is published. Shared: the stats topic as
-    the state topic, availability on our availability topic."""
+    the depth preview and the scene as image entities when they are published (preview:
+    config.PREVIEWS). Shared: the stats topic as the state topic, availability on our
+    availability topic."""
     uid = f"da3edge_{topics.device_id}"
 
     def sensor(key: str, name: str, template: str, **extra: Any) -> dict[str, Any]:
@@ -189,10 +194,15 @@ def discovery(topics: Topics, *, preview: bool) -> dict[str, Any]:
             "entity_category": "diagnostic",
         },
     }
-    if preview:
+    if preview in ("depth", "both"):
         cmps["preview"] = {
             "p": "image", "name": "Relative depth preview", "unique_id": f"{uid}_preview",
             "image_topic": topics.preview, "content_type": "image/png",
+        }  # fmt: skip
+    if preview in ("rgb", "both"):
+        cmps["scene"] = {
+            "p": "image", "name": "Scene", "unique_id": f"{uid}_scene",
+            "image_topic": topics.scene, "content_type": "image/jpeg",
         }  # fmt: skip
     return {
         "dev": {

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from edge import layout
 from edge.errors import UnsafeStore
 from edge.follow import check_root, frame_names, open_in, read_record
-from edge.serve.hub import Hub, Newest
+from edge.serve.hub import VIEWS, Hub, Newest
 from edge.serve.metrics import Metrics
 
 NO_STORE = {"Cache-Control": "no-store"}
@@ -44,6 +44,7 @@ FILES = {  # route -> (format, media type)
     "/latest.png": ("png", "image/png"),
     "/latest.npz": ("npz", "application/octet-stream"),
     "/latest.preview.png": ("preview", "image/png"),
+    "/latest.rgb.jpg": ("rgb", "image/jpeg"),
 }
 
 
@@ -54,6 +55,19 @@ def _unavailable(reason: str) -> PlainTextResponse:
 def _not_modified(request: Request, newest: Newest) -> bool:
     given = request.headers.get("if-none-match", "")
     return newest.etag in (tag.strip() for tag in given.split(","))
+
+
+def _view(request: Request) -> str | Response:
+    """``?view=`` (depth when absent), or the 400 that says which there are."""
+    view = request.query_params.get("view", "depth")
+    if view in VIEWS:
+        return view
+    return PlainTextResponse(f"view must be one of {', '.join(VIEWS)}\n", 400, headers=NO_STORE)
+
+
+def _no_jpeg(view: str) -> Response:
+    needs = "preview" if view == "depth" else "rgb" if view == "rgb" else "preview and rgb"
+    return _unavailable(f"no {view} view of the newest frame (store.formats needs {needs})")
 
 
 def _headers(newest: Newest) -> dict[str, str]:
@@ -143,18 +157,26 @@ def make_app(
         return _unavailable("frames are being pruned faster than they can be read")
 
     async def latest_jpg(request: Request) -> Response:
+        view = _view(request)
+        if isinstance(view, Response):
+            return view
         newest = frame_or_answer(request)
         if isinstance(newest, Response):
             return newest
-        data = await hub.jpeg(newest)
+        data = await hub.jpeg(newest, view)
         if data is None:
-            return _unavailable("no preview for the newest frame (store.formats)")
+            return _no_jpeg(view)
         return Response(data, media_type="image/jpeg", headers=_headers(newest))
 
     async def stream_mjpg(request: Request) -> Response:
+        view = _view(request)
+        if isinstance(view, Response):
+            return view
         first = newest_or_503()  # nothing to show yet: say why, as the other routes do
         if isinstance(first, Response):
             return first
+        if await hub.jpeg(first, view) is None:
+            return _no_jpeg(view)
         sub = hub.subscribe()
         if sub is None:
             return _unavailable(f"too many clients (serve.clients = {clients})")
@@ -166,7 +188,7 @@ def make_app(
                 yield b"--" + BOUNDARY + b"\r\n"
                 item: Newest | None = first
                 while True:
-                    data = await hub.jpeg(item) if item is not None else None
+                    data = await hub.jpeg(item, view) if item is not None else None
                     if data is not None:
                         head = f"Content-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
                         yield head.encode() + data + b"\r\n--" + BOUNDARY + b"\r\n"

@@ -34,6 +34,9 @@ from edge.follow import (
 
 log = logging.getLogger("edge.serve")
 QUEUE = 4  # events a subscriber may fall behind by before it is dropped
+# What a JPEG of a frame shows: the depth preview, the scene (the "rgb" output), or both
+# side by side.
+VIEWS = ("depth", "rgb", "side")
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class Hub:
         self.newest: Newest | None = None
         self.subscribers: set[Subscriber] = set()
         self.observers: list[Callable[[Newest], None]] = []  # called for every new frame
-        self._jpeg: tuple[str, bytes] | None = None  # (etag, JPEG) of one frame
+        self._jpegs: dict[tuple[str, str], bytes] = {}  # (etag, view) -> JPEG, one frame
         self._jpeg_lock = asyncio.Lock()
         self._follower: Follower | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -85,16 +88,31 @@ class Hub:
     def status(self) -> dict[str, Any] | None:
         return read_json(self.root, layout.STATUS)
 
-    async def jpeg(self, newest: Newest) -> bytes | None:
-        """The frame's preview as JPEG, encoded once whoever asks (None: no preview)."""
+    async def jpeg(self, newest: Newest, view: str = "depth") -> bytes | None:
+        """The frame as JPEG in ``view`` (VIEWS), made once whoever asks; None when the
+        store does not write what the view needs (store.formats), or it was pruned."""
         async with self._jpeg_lock:
-            if self._jpeg is not None and self._jpeg[0] == newest.etag:
-                return self._jpeg[1]
-            png = read_in(self.root, *frame_names(newest.seq, "preview"))
-            if png is None:
-                return None  # not written (store.formats), or pruned
-            data = await asyncio.to_thread(_to_jpeg, png)
-            self._jpeg = (newest.etag, data)
+            key = (newest.etag, view)
+            if key in self._jpegs:
+                return self._jpegs[key]
+            png = scene = None
+            if view != "rgb":
+                png = read_in(self.root, *frame_names(newest.seq, "preview"))
+            if view != "depth":
+                scene = read_in(self.root, *frame_names(newest.seq, "rgb"))
+            if view == "rgb":
+                data = scene
+            elif view == "depth":
+                data = await asyncio.to_thread(_to_jpeg, png) if png is not None else None
+            elif png is not None and scene is not None:
+                data = await asyncio.to_thread(_side_by_side, png, scene)
+            else:
+                data = None
+            if data is None:
+                return None
+            if any(etag != newest.etag for etag, _ in self._jpegs):
+                self._jpegs.clear()  # one frame's JPEGs at a time
+            self._jpegs[key] = data
             return data
 
     # -- following -------------------------------------------------------------------
@@ -187,4 +205,19 @@ def _to_jpeg(png: bytes) -> bytes:
         return out.getvalue()
 
 
-__all__ = ["Hub", "Newest", "Published", "Subscriber"]
+def _side_by_side(png: bytes, jpeg: bytes) -> bytes:
+    """The scene (left) and its depth preview (right), at the preview's height."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as depth, Image.open(io.BytesIO(jpeg)) as scene:
+        h = depth.height
+        scene_w = max(1, round(scene.width * h / scene.height))
+        both = Image.new("RGB", (scene_w + depth.width, h))
+        both.paste(scene.convert("RGB").resize((scene_w, h), Image.Resampling.BILINEAR), (0, 0))
+        both.paste(depth.convert("RGB"), (scene_w, 0))
+    out = io.BytesIO()
+    both.save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
+__all__ = ["VIEWS", "Hub", "Newest", "Published", "Subscriber"]
