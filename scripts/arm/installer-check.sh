@@ -96,7 +96,7 @@ if [ "${1:-}" = --inner ]; then
         local gid
         [ "$(grep -c '^da3-edge:' "$ROOT/etc/passwd")" = 1 ] && [ "$(grep -c '^da3-edge:' "$ROOT/etc/group")" = 1 ] || return 1
         gid=$(grep '^da3-edge:' "$ROOT/etc/group" | cut -d: -f3)
-        [ "$(grep -cE "^da3-edge-(serve|publish):[^:]*:[0-9]+:$gid:" "$ROOT/etc/passwd")" = 2 ]
+        [ "$(grep -cE "^da3-edge-[a-z]+:[^:]*:[0-9]+:$gid:" "$ROOT/etc/passwd")" = 2 ]
     }
     model_files() { (cd "$ROOT/var/lib/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
 
