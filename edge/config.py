@@ -36,6 +36,17 @@ class CameraConfig:
     stall_after: float = 10.0
     backoff_min: float = 0.5
     backoff_max: float = 30.0
+    # The camera's controls (edge.camera.Controls): picamera2 applies them.
+    hflip: bool = False
+    vflip: bool = False
+    af: str = ""
+    lens_position: float = -1.0
+    fps: float = 0.0
+
+    def controls(self) -> Any:
+        from edge.camera.base import Controls
+
+        return Controls(self.hflip, self.vflip, self.af, self.lens_position, self.fps)
 
 
 @dataclass(frozen=True)
@@ -255,6 +266,16 @@ def _validate_daemon(config: Config, fail: Fail) -> None:
             fail("camera", key, "must be positive")
     if cam.backoff_max < cam.backoff_min:
         fail("camera", "backoff_max", "must be at least backoff_min")
+    from edge.camera.base import AF_MODES
+
+    if cam.af not in ("", *AF_MODES):
+        fail("camera", "af", f'must be one of {", ".join(AF_MODES)} (or "": the camera\'s own)')
+    if cam.lens_position >= 0 and cam.af in ("continuous", "auto"):
+        fail("camera", "lens_position", 'needs af = "manual" (autofocus moves the lens)')
+    if cam.lens_position > 32:
+        fail("camera", "lens_position", "is in dioptres (1 / metres): 0 (infinity) to 32")
+    if not (cam.fps == 0 or 0.1 <= cam.fps <= 240):
+        fail("camera", "fps", "must be 0 (the camera's own) or 0.1 to 240 frames a second")
     if model.precision not in PRECISIONS:
         fail(
             "model", "precision", f"must be one of {', '.join(PRECISIONS)}, not {model.precision!r}"

@@ -3,7 +3,9 @@ operator, the demos, the daemon tests and the systemd container all use."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ from edge.camera import open_source
 from edge.camera.fake import FakeCamera, Step, parse_script
 from edge.camera.replay import ReplaySource
 from edge.errors import CameraError, CameraTimeout, UsageError
+
+from .conftest import ROOT
 
 
 def test_script_steps_with_counts_and_values() -> None:
@@ -184,3 +188,166 @@ def test_picamera2_formats_convert_to_rgb() -> None:
     assert np.array_equal(to_rgb_for("YUV420", (w, h))(i420), back)
     with pytest.raises(CameraError, match="delivers YUYV, which da3-edge cannot convert"):
         to_rgb_for("YUYV", (w, h))
+
+
+class _FakeLibcamera:
+    """The parts of libcamera's Python bindings the source uses, as picamera2 sees them."""
+
+    class Transform:
+        def __init__(self, hflip: int = 0, vflip: int = 0) -> None:
+            self.hflip, self.vflip = hflip, vflip
+
+    class controls:
+        class AfModeEnum:
+            Manual, Auto, Continuous = 0, 1, 2
+
+
+class _FakeRequest:
+    def __init__(self, ns: int) -> None:
+        self.ns = ns
+
+    def make_array(self, stream: str) -> np.ndarray:
+        return np.zeros((48, 64, 3), np.uint8)
+
+    def get_metadata(self) -> dict[str, object]:
+        return {"SensorTimestamp": self.ns, "LensPosition": 0.5}
+
+    def release(self) -> None:
+        pass
+
+
+class _FakePicamera2:
+    """A Camera Module 3 as picamera2 presents it: camera_controls keyed by libcamera's
+    control names (min, max, default), a configuration read back after configure."""
+
+    made: ClassVar[list[_FakePicamera2]] = []
+    flips = True  # whether the sensor honours a transform
+
+    def __init__(self, num: int = 0) -> None:
+        self.camera_controls = {
+            "AfMode": (0, 2, 0), "LensPosition": (0.0, 15.0, 1.0),
+            "FrameDurationLimits": (33333, 120000, 33333), "AfTrigger": (0, 1, 0),
+        }  # fmt: skip
+        self.ns = 0
+        _FakePicamera2.made.append(self)
+
+    @staticmethod
+    def global_camera_info() -> list[dict[str, object]]:
+        return [{"Model": "imx708", "Num": 0}]
+
+    def create_video_configuration(self, **kw: object) -> dict[str, object]:
+        self.asked = kw
+        return kw
+
+    def configure(self, config: dict[str, object]) -> None:
+        self.config = config
+
+    def camera_configuration(self) -> dict[str, object]:
+        asked = self.config["transform"]
+        transform = asked if self.flips else _FakeLibcamera.Transform()
+        return {"main": {"format": "RGB888", "size": (64, 48)}, "transform": transform}
+
+    def start(self) -> None:
+        pass
+
+    def capture_request(self, wait: float) -> _FakeRequest:
+        self.ns += 200_000_000  # 5 frames a second
+        return _FakeRequest(self.ns)
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_picamera2(monkeypatch: pytest.MonkeyPatch) -> type[_FakePicamera2]:
+    import types
+
+    module = types.ModuleType("picamera2")
+    module.Picamera2 = _FakePicamera2  # type: ignore[attr-defined]
+    lib = types.ModuleType("libcamera")
+    lib.Transform = _FakeLibcamera.Transform  # type: ignore[attr-defined]
+    lib.controls = _FakeLibcamera.controls  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "picamera2", module)
+    monkeypatch.setitem(sys.modules, "libcamera", lib)
+    _FakePicamera2.made.clear()
+    _FakePicamera2.flips = True
+    return _FakePicamera2
+
+
+def test_picamera2_controls_applied_and_read_back(fake_picamera2: type[_FakePicamera2]) -> None:
+    """[camera] controls as libcamera controls picamera2 passes on (names as picamera2's
+    own code uses them, checked below), and what the camera did read back."""
+    from edge.camera import Controls
+
+    source = open_source("picamera2", width=64, height=48)
+    source.controls = Controls(hflip=True, vflip=True, af="manual", lens_position=2.0, fps=5.0)
+    with source:
+        frames = [source.read(1.0) for _ in range(6)]
+    asked = fake_picamera2.made[-1].asked
+    assert asked["controls"] == {
+        "AfMode": 0,
+        "LensPosition": 2.0,
+        "FrameDurationLimits": (200000, 200000),
+    }
+    transform = asked["transform"]
+    assert (transform.hflip, transform.vflip) == (1, 1)
+    assert source.refused == []
+    applied = source.applied
+    assert applied == {"af": "manual", "lens_position": 2.0, "fps": 5.0, "hflip": True,
+                       "vflip": True, "frame_rate": 5.0, "lens_position_now": 0.5}  # fmt: skip
+    assert frames[-1].rgb.shape == (48, 64, 3)
+
+
+def test_picamera2_controls_the_camera_lacks_are_one_line_each(
+    fake_picamera2: type[_FakePicamera2],
+) -> None:
+    """A camera without autofocus (a Camera Module 2) and a sensor that refuses a flip:
+    one line each, the camera still opens."""
+    from edge.camera import Controls
+
+    original = _FakePicamera2.__init__
+
+    def fixed_focus(self: _FakePicamera2, num: int = 0) -> None:
+        original(self, num)
+        self.camera_controls = {"FrameDurationLimits": (33333, 120000, 33333)}
+
+    fake_picamera2.flips = False
+    fake_picamera2.__init__ = fixed_focus  # type: ignore[method-assign]
+    try:
+        source = open_source("picamera2", width=64, height=48)
+        source.controls = Controls(hflip=True, af="continuous")
+        with source:
+            source.read(1.0)
+    finally:
+        fake_picamera2.__init__ = original  # type: ignore[method-assign]
+    assert source.refused == [
+        "picamera2: this camera has no AfMode control (camera.af): not applied",
+        "picamera2: this camera cannot hflip (camera.hflip): not applied",
+    ]
+    assert source.applied["hflip"] is False and "af" not in source.applied
+
+
+def test_the_control_names_are_picamera2s() -> None:
+    """The libcamera control names the source sets are the ones picamera2's own code
+    sets (its source from PyPI, as the VM installs it)."""
+    from . import vm
+
+    code = (vm.picamera2_deps() / "picamera2" / "picamera2.py").read_text()
+    for name in ('"FrameDurationLimits"', '"AfMode"', "AfModeEnum."):
+        assert name in code, name
+    ours = (ROOT / "edge" / "camera" / "picamera2.py").read_text()
+    for name in ('"FrameDurationLimits"', '"AfMode"', '"LensPosition"', "AfModeEnum"):
+        assert name in ours, name
+
+
+def test_other_sources_say_once_that_they_ignore_controls() -> None:
+    from edge.camera import Controls
+
+    fake = open_source("fake", width=16, height=8, controls=Controls(vflip=True, fps=2.0))
+    assert fake.refused == [
+        "fake: camera.vflip is a picamera2 control; not applied",
+        "fake: camera.fps is a picamera2 control; not applied",
+    ]

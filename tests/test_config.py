@@ -28,7 +28,13 @@ def test_every_key_is_documented_with_its_flag() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[camera]\nfps = 3\n", "c.toml:2: camera.fps: unknown key"),
+        ("[camera]\nframerate = 3\n", "c.toml:2: camera.framerate: unknown key"),
+        ('[camera]\naf = "macro"\n', "c.toml:2: camera.af must be one of continuous, auto"),
+        (
+            '[camera]\naf = "continuous"\nlens_position = 2.0\n',
+            'c.toml:3: camera.lens_position needs af = "manual"',
+        ),
+        ("[camera]\nfps = 500\n", "c.toml:2: camera.fps must be 0 (the camera's own) or 0.1"),
         ("[camera]\nwidth = 'x'\n", "c.toml:2: camera.width must be an integer"),
         ("[camera]\ntimeout = -1\n", "c.toml:2: camera.timeout must be positive"),
         ("\n[model]\nprecision = 'fp8'\n", "c.toml:3: model.precision must be one of"),

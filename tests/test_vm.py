@@ -36,8 +36,9 @@ a failing part does not stop the others. Under TCG one frame of the core takes 2
 What libcamera 0.4.0's virtual camera does that a real one does not (found here): it
 reports three planes for NV12, the third empty ("Invalid plane index, stride is zero");
 every other completed request's metadata status is outside the enum (printed as
-``Status.???``) though its pixels are right; and it leaves ``bytesused`` at 0, so
-``cam --file`` writes empty files.
+``Status.???``) though its pixels are right; it leaves ``bytesused`` at 0, so
+``cam --file`` writes empty files; and it accepts an hflip transform (its configuration
+says so) but delivers the pixels unflipped.
 """
 
 from __future__ import annotations
@@ -232,6 +233,7 @@ virtual_camera
 part libcamera libcamera
 part source source
 part wrongindex source index1  # a Pi 5's second connector, empty here
+part controls source controls
 """
     + f"part daemon daemon {DAEMON_FRAMES} {DAEMON_WAIT_S}\n"
 )
@@ -305,10 +307,23 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
 # Unmodified picamera2 through da3-edge's source: open, ten frames (more than its four
 # buffers: every request must be released), close, and again.
 SOURCE = """
-import sys, time
+import json, sys, time
 import numpy as np
 from edge.errors import CameraError
 from edge.camera.picamera2 import Picamera2Source
+if sys.argv[1:] == ["controls"]:  # flip, autofocus, a frame-rate cap
+    from edge.camera import Controls
+    src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
+    src.controls = Controls(hflip=True, af="continuous", fps=5.0)
+    with src:
+        frames = [src.read(5.0) for _ in range(12)]
+    print("applied:", json.dumps(src.applied, sort_keys=True))
+    ts = [f.sensor_ts for f in frames]
+    print(f"mean rate: {(len(ts) - 1) / (ts[-1] - ts[0]):.3f}")
+    for line in src.refused:
+        print("refused:", line)
+    np.save("/job/frames/controls.npy", frames[-1].rgb)
+    sys.exit(0)
 if sys.argv[1:] == ["index1"]:  # one camera (0): camera 1 is refused, naming camera 0
     try:
         Picamera2Source(index=1, width=_W_, height=_H_, timeout=5.0).open()
@@ -530,6 +545,30 @@ def test_picamera2_source_without_a_camera(boots: list[vm.Result]) -> None:
         ), line
 
 
+def test_picamera2_controls_on_the_virtual_camera(boots: list[vm.Result]) -> None:
+    """libcamera's virtual camera has FrameDurationLimits (and FaceDetectMode) only: the
+    frame-rate cap is applied and holds over twelve frames (their sensor timestamps),
+    autofocus is refused in one line, and the flip is read back as libcamera configured
+    it. Which, on this camera, it does not do: libcamera 0.4's virtual pipeline accepts
+    the transform (no ISP to do it) and delivers the pixels unflipped. A canary: when a
+    libcamera release flips them, or refuses the transform, this fails and says which."""
+    out = part(boots[1], "controls")
+    applied = json.loads(next(x for x in out.splitlines() if x.startswith("applied: "))[9:])
+    refused = [x.removeprefix("refused: ") for x in out.splitlines() if x.startswith("refused: ")]
+    rate = float(next(x for x in out.splitlines() if x.startswith("mean rate: "))[11:])
+    print("applied:", applied, "refused:", refused, f"mean rate {rate:.3f}")
+    assert "picamera2: this camera has no AfMode control (camera.af): not applied" in refused
+    assert applied["fps"] == 5.0 and "af" not in applied
+    assert rate <= 5.0 * 1.05, rate  # the cap: the sensor no faster than asked
+    rgb = np.load(boots[1].job / "frames" / "controls.npy")
+    expected = np.asarray(photo(), dtype=np.int16)
+    straight = pearson(rgb[..., 0], expected[..., 0])
+    mirrored = pearson(rgb[..., 0], expected[:, ::-1, 0])
+    print(f"R vs the photo: {straight:.4f}, vs the photo mirrored: {mirrored:.4f}")
+    assert applied["hflip"] is True  # what libcamera's configuration says
+    assert straight > 0.99 and mirrored < 0.5, "the virtual camera flips now: update this"
+
+
 def test_picamera2_index_libcamera_does_not_report(boots: list[vm.Result]) -> None:
     """``picamera2:1`` with one camera (a Pi 5 with its second connector empty): one
     line naming the cameras libcamera does report, by number and model."""
@@ -606,6 +645,9 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_mode
     # "stopped with infer still busy", that frame in flight, and still exact.
     assert status["state"].startswith("stopped") and status["camera"]["source"] == "picamera2:0"
     assert status["model"]["random_init"] is True
+    controls = status["camera"]["controls"]  # read back by the source, shown in status.json
+    print("camera controls in status.json:", controls)
+    assert controls["fps"] == 4.0 and controls["frame_rate"] <= 4.0 * 1.1
     assert c["written"] >= DAEMON_FRAMES and c["camera_errors"] == 0
     # The stop's SIGTERM is the daemon's to handle: the worker computing that frame lives on
     # until the parent stops it, so the frame is in flight, not a failed inference.

@@ -247,6 +247,7 @@ source = "picamera2:0"
 width = {width}
 height = {height}
 timeout = 5.0
+fps = 4.0
 
 [daemon]
 stuck_after = 600.0

@@ -15,12 +15,26 @@ one-line error saying what to install.
 
 from __future__ import annotations
 
-from edge.camera.base import Frame, Source
+from edge.camera.base import AF_MODES, Controls, Frame, Source
 from edge.errors import CameraError, CameraTimeout, UsageError
 
 
-def open_source(spec: str, *, width: int = 1280, height: int = 720, timeout: float = 2.0) -> Source:
-    """A (not yet opened) source for SPEC; raises UsageError for a bad SPEC."""
+def open_source(
+    spec: str,
+    *,
+    width: int = 1280,
+    height: int = 720,
+    timeout: float = 2.0,
+    controls: Controls | None = None,
+) -> Source:
+    """A (not yet opened) source for SPEC, to apply ``controls`` when it opens; raises
+    UsageError for a bad SPEC."""
+    source = _source(spec, width, height, timeout)
+    source.controls = controls or Controls()
+    return source
+
+
+def _source(spec: str, width: int, height: int, timeout: float) -> Source:
     kind, _, rest = spec.partition(":")
     if kind == "fake":
         from edge.camera.fake import FakeCamera
@@ -67,4 +81,12 @@ def _index(kind: str, text: str) -> int:
     return int(text)
 
 
-__all__ = ["CameraError", "CameraTimeout", "Frame", "Source", "open_source"]
+__all__ = [
+    "AF_MODES",
+    "CameraError",
+    "CameraTimeout",
+    "Controls",
+    "Frame",
+    "Source",
+    "open_source",
+]

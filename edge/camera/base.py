@@ -27,12 +27,45 @@ class Frame:
     sensor_ts: float | None = None  # the driver's timestamp, when it has one (stall check)
 
 
+AF_MODES = ("continuous", "auto", "manual", "off")
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What the camera is asked to do (``[camera]``): flip, focus, a frame-rate cap.
+    Empty, zero or negative means "the camera's own" (``af = ""``, ``fps = 0``,
+    ``lens_position < 0``). Applied by the sources that can; the others say so once."""
+
+    hflip: bool = False
+    vflip: bool = False
+    af: str = ""  # AF_MODES, or "" for the camera's own
+    lens_position: float = -1.0  # dioptres (1 / metres to the focus; 0: infinity)
+    fps: float = 0.0
+
+    def asked(self) -> dict[str, object]:
+        """The controls that are set: config key -> value."""
+        defaults = Controls()
+        return {k: v for k, v in vars(self).items() if v != getattr(defaults, k)}
+
+
 class Source(Protocol):
     """A camera. ``open`` may raise ``CameraError``; ``read`` returns the next frame or
     raises ``CameraError`` / ``CameraTimeout`` within about ``timeout`` seconds (a
     broken driver may hang longer; the daemon watches for that)."""
 
     name: str
+    controls: Controls
+
+    @property
+    def applied(self) -> dict[str, object]:
+        """What the camera does of ``controls``, read back from it (config key ->
+        value): known once ``open`` has returned."""
+        ...
+
+    @property
+    def refused(self) -> list[str]:
+        """One line for each of ``controls`` the camera could not apply."""
+        ...
 
     def open(self) -> None: ...
 
@@ -54,6 +87,19 @@ class SourceBase(Closing):
     """Context-manager plumbing shared by the sources: ``with`` opens, then closes."""
 
     name = "source"
+    controls = Controls()
+
+    @property
+    def applied(self) -> dict[str, object]:
+        return {}
+
+    @property
+    def refused(self) -> list[str]:
+        """A source without camera controls: each one asked for is one line."""
+        return [
+            f"{self.name}: camera.{key} is a picamera2 control; not applied"
+            for key in self.controls.asked()
+        ]
 
     def open(self) -> None:
         raise NotImplementedError

@@ -36,6 +36,10 @@ class Picamera2Source(SourceBase):
     ) -> None:
         self.index = index
         self.width, self.height = width, height
+        self._applied: dict[str, object] = {}
+        self._refused: list[str] = []
+        self._interval: float | None = None  # seconds between frames, as read back
+        self._last_ns: int | None = None
         self.timeout = timeout
         self._cam: Any = None
         self._seq = 0
@@ -59,14 +63,20 @@ class Picamera2Source(SourceBase):
         try:
             self._check_index(Picamera2.global_camera_info())
             cam = Picamera2(self.index)
+            transform, controls = self._ask(cam.camera_controls)
             config = cam.create_video_configuration(
-                main={"size": (self.width, self.height), "format": "RGB888"}, buffer_count=4
+                main={"size": (self.width, self.height), "format": "RGB888"},
+                transform=transform,
+                controls=controls,
+                buffer_count=4,
             )
             cam.configure(config)
             # What libcamera negotiated, which need not be what was asked for (its
             # virtual camera gives NV12 whatever the request).
-            main = cam.camera_configuration()["main"]
+            configured = cam.camera_configuration()
+            main = configured["main"]
             self._to_rgb = to_rgb_for(str(main["format"]), tuple(main["size"]))
+            self._read_back_transform(configured.get("transform"))
             cam.start()
         except Exception as exc:  # libcamera raises RuntimeError/IndexError when absent
             if cam is not None:  # opened, then configure or start failed: let it go, or
@@ -76,6 +86,72 @@ class Picamera2Source(SourceBase):
                 raise
             raise CameraError(f"picamera2: cannot start the camera ({exc})") from None
         self._cam = cam
+
+    @property
+    def applied(self) -> dict[str, object]:
+        return dict(self._applied)
+
+    @property
+    def refused(self) -> list[str]:
+        return list(self._refused)
+
+    def _ask(self, supported: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """libcamera's Transform and the controls for ``self.controls``, the ones this
+        camera has (``supported``: picamera2's ``camera_controls``); one ``refused``
+        line for each it lacks."""
+        from libcamera import Transform
+        from libcamera import controls as lc
+
+        c = self.controls
+        self._applied, self._refused = {}, []
+        self._interval = self._last_ns = None
+        wanted: dict[str, tuple[str, Any]] = {}  # libcamera control -> (config key, value)
+        if c.fps > 0:
+            frame_us = round(1_000_000 / c.fps)
+            wanted["FrameDurationLimits"] = ("fps", (frame_us, frame_us))
+        if c.af:
+            mode = lc.AfModeEnum
+            af = {"continuous": mode.Continuous, "auto": mode.Auto}.get(c.af, mode.Manual)
+            wanted["AfMode"] = ("af", af)
+        if c.lens_position >= 0 or c.af in ("manual", "off"):
+            # Manual focus (or none): the lens where asked, else at infinity (0 dioptres).
+            wanted["LensPosition"] = ("lens_position", max(c.lens_position, 0.0))
+        controls = {}
+        for name, (key, value) in wanted.items():
+            if name in supported:
+                controls[name] = value
+                self._applied[key] = getattr(c, key)
+            else:
+                self._refused.append(
+                    f"picamera2: this camera has no {name} control (camera.{key}): not applied"
+                )
+        return Transform(hflip=int(c.hflip), vflip=int(c.vflip)), controls
+
+    def _read_back(self, metadata: dict[str, Any], sensor_ns: int | None) -> None:
+        """The frame rate the sensor runs at (its FrameDuration, else the spacing of its
+        timestamps, smoothed) and where the lens is, from each frame's metadata."""
+        if "FrameDuration" in metadata:
+            self._interval = metadata["FrameDuration"] / 1e6
+        elif sensor_ns is not None and self._last_ns is not None and sensor_ns > self._last_ns:
+            step = (sensor_ns - self._last_ns) / 1e9
+            self._interval = step if self._interval is None else 0.8 * self._interval + 0.2 * step
+        self._last_ns = sensor_ns
+        if self._interval:
+            self._applied["frame_rate"] = round(1 / self._interval, 2)
+        if "LensPosition" in metadata:
+            self._applied["lens_position_now"] = round(float(metadata["LensPosition"]), 3)
+
+    def _read_back_transform(self, transform: Any) -> None:
+        """What libcamera configured of hflip/vflip (it may refuse a flip)."""
+        for key in ("hflip", "vflip"):
+            if not getattr(self.controls, key):
+                continue
+            done = bool(getattr(transform, key, False))
+            self._applied[key] = done
+            if not done:
+                self._refused.append(
+                    f"picamera2: this camera cannot {key} (camera.{key}): not applied"
+                )
 
     def _check_index(self, cameras: list[dict[str, Any]]) -> None:
         """CameraError naming the cameras libcamera reports when INDEX is not one."""
@@ -106,6 +182,7 @@ class Picamera2Source(SourceBase):
             request.release()
         now = time.time()
         sensor_ns = metadata.get("SensorTimestamp")
+        self._read_back(metadata, sensor_ns)
         frame = Frame(
             rgb,
             self._seq,

@@ -266,6 +266,30 @@ def check_store(given: Path | None) -> Check:
     return check_dir("store", store, blocking=True)
 
 
+def check_camera_controls(store: Path | None) -> list[Check]:
+    """What the running daemon's camera did of its [camera] controls, as its source read
+    them back (status.json in the store), when a daemon has run there."""
+    from edge import layout
+    from edge.errors import ConfigError
+    from edge.follow import read_json
+
+    try:
+        status = read_json(store or _default_store(), layout.STATUS)
+    except ConfigError:
+        return []
+    camera = (status or {}).get("camera")
+    if not isinstance(camera, dict) or not camera.get("controls"):
+        return []
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(camera["controls"].items()))
+    return [Check("camera controls", OK, f"{camera.get('source')}: {shown} (read back)")]
+
+
+def _default_store() -> Path:
+    from edge.layout import default_store_dir
+
+    return default_store_dir()
+
+
 def check_pi() -> list[Check]:
     out = []
     temp = Path("/sys/class/thermal/thermal_zone0/temp")
@@ -298,7 +322,9 @@ def main(args: Sequence[str] | None = None) -> int:
     if litert.status != FAIL:  # the model check loads one with LiteRT
         checks += check_models(resolve_models_dir(ns.models))
     checks += check_cameras()
-    checks.append(check_store(Path(ns.store) if ns.store else None))
+    store = Path(ns.store) if ns.store else None
+    checks.append(check_store(store))
+    checks += check_camera_controls(store)
     checks += check_pi()
     failed = [c for c in checks if c.status == FAIL]
     if ns.json:

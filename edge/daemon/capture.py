@@ -60,9 +60,10 @@ class CaptureCounters:
 class Capture:
     """The camera thread (``run``).
 
-    Owns, written by its thread only: the open ``Source``, ``counters`` and ``state``
-    (a ``(state, reason)`` pair: "starting", "opening", "ok", "reconnecting",
-    "stopped"; the reason says why). The main thread only calls ``reconfigure``,
+    Owns, written by its thread only: the open ``Source`` (``source``: the main thread
+    reads its ``applied`` controls for status.json), ``counters`` and ``state`` (a
+    ``(state, reason)`` pair: "starting", "opening", "ok", "reconnecting", "stopped";
+    the reason says why). The main thread only calls ``reconfigure``,
     which hands a new camera config over through ``_wanted`` (written by the main
     thread only); the capture thread switches to it between reads.
     """
@@ -82,6 +83,13 @@ class Capture:
         self._wanted: tuple[int, CameraConfig] = (0, config)
         self._config = config
         self._generation = 0
+        self.source: Source | None = None
+        self._refused: list[str] = []
+
+    def controls(self) -> dict[str, object]:
+        """What the camera does of its controls, as the open source read it back."""
+        source = self.source
+        return source.applied if source is not None else {}
 
     def reconfigure(self, config: CameraConfig) -> None:
         """Main thread: use ``config`` from the next read on (a new source)."""
@@ -120,8 +128,10 @@ class Capture:
                 self._generation, self._config = self._wanted
                 cfg = self._config
                 source = open_source(
-                    cfg.source, width=cfg.width, height=cfg.height, timeout=cfg.timeout
-                )
+                    cfg.source, width=cfg.width, height=cfg.height, timeout=cfg.timeout,
+                    controls=cfg.controls(),
+                )  # fmt: skip
+                self.source = source
             try:
                 self.state = (
                     "opening",
@@ -140,6 +150,10 @@ class Capture:
             if attempt:
                 self.counters.reopens += 1
             log.info("camera: %s open", source.name)
+            if source.refused != self._refused:  # once, not at every reconnect
+                self._refused = source.refused
+                for line in self._refused:
+                    log.warning("camera: %s", line)
             self.state = ("ok", None)
             try:
                 reason, delivered = self._read_until_fault(source)

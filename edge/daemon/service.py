@@ -159,6 +159,7 @@ class Daemon:
                 "source": config.camera.source,
                 "state": camera_state,
                 "reason": camera_reason,
+                "controls": self.capture.controls(),
             },
             "store": {
                 "dir": str(self.store.root),
