@@ -203,10 +203,13 @@ class _FakeLibcamera:
 
 
 class _FakeRequest:
+    converted = 0  # make_array calls
+
     def __init__(self, ns: int) -> None:
         self.ns = ns
 
     def make_array(self, stream: str) -> np.ndarray:
+        _FakeRequest.converted += 1
         return np.zeros((48, 64, 3), np.uint8)
 
     def get_metadata(self) -> dict[str, object]:
@@ -222,6 +225,7 @@ class _FakePicamera2:
 
     made: ClassVar[list[_FakePicamera2]] = []
     flips = True  # whether the sensor honours a transform
+    period_ns = 200_000_000  # the sensor's frame period, whatever FrameDurationLimits says
 
     def __init__(self, num: int = 0) -> None:
         self.camera_controls = {
@@ -251,7 +255,7 @@ class _FakePicamera2:
         pass
 
     def capture_request(self, wait: float) -> _FakeRequest:
-        self.ns += 200_000_000  # 5 frames a second
+        self.ns += self.period_ns
         return _FakeRequest(self.ns)
 
     def stop(self) -> None:
@@ -274,6 +278,8 @@ def fake_picamera2(monkeypatch: pytest.MonkeyPatch) -> type[_FakePicamera2]:
     monkeypatch.setitem(sys.modules, "libcamera", lib)
     _FakePicamera2.made.clear()
     _FakePicamera2.flips = True
+    _FakePicamera2.period_ns = 200_000_000
+    _FakeRequest.converted = 0
     return _FakePicamera2
 
 
@@ -297,8 +303,53 @@ def test_picamera2_controls_applied_and_read_back(fake_picamera2: type[_FakePica
     assert source.refused == []
     applied = source.applied
     assert applied == {"af": "manual", "lens_position": 2.0, "fps": 5.0, "hflip": True,
-                       "vflip": True, "frame_rate": 5.0, "lens_position_now": 0.5}  # fmt: skip
+                       "vflip": True, "sensor_rate": 5.0, "frame_rate": 5.0,
+                       "lens_position_now": 0.5}  # fmt: skip
     assert frames[-1].rgb.shape == (48, 64, 3)
+
+
+@pytest.mark.parametrize("has_control", [True, False])
+def test_picamera2_fps_cap_holds_when_the_sensor_runs_faster(
+    fake_picamera2: type[_FakePicamera2], has_control: bool
+) -> None:
+    """A sensor at 10 frames a second, asked for 4 (one that takes FrameDurationLimits
+    and ignores it, as libcamera's virtual camera does, or one without the control):
+    read() returns frames at least 1/4 s apart by their sensor timestamps, every third,
+    and converts none of those it drops."""
+    from edge.camera import Controls
+
+    fake_picamera2.period_ns = 100_000_000
+    original = _FakePicamera2.__init__
+
+    def no_limits(self: _FakePicamera2, num: int = 0) -> None:
+        original(self, num)
+        del self.camera_controls["FrameDurationLimits"]
+
+    if not has_control:
+        fake_picamera2.__init__ = no_limits  # type: ignore[method-assign]
+    try:
+        source = open_source("picamera2", width=64, height=48)
+        source.controls = Controls(fps=4.0)
+        with source:
+            frames = [source.read(1.0) for _ in range(7)]
+    finally:
+        fake_picamera2.__init__ = original  # type: ignore[method-assign]
+    gaps = np.diff([f.sensor_ts for f in frames])
+    print("gaps between the frames read:", gaps.round(3).tolist(), "applied:", source.applied)
+    assert np.allclose(gaps, 0.3), gaps  # 0.1 s frames: the first at least 0.25 s on is 0.3
+    assert _FakeRequest.converted == 7
+    applied = source.applied
+    assert applied["fps"] == 4.0 and applied["dropped_for_fps"] == 12
+    assert applied["sensor_rate"] == 10.0 and applied["frame_rate"] == pytest.approx(3.33, 0.01)
+    asked = fake_picamera2.made[-1].asked["controls"]
+    if has_control:
+        assert asked["FrameDurationLimits"] == (250000, 250000) and source.refused == []
+    else:
+        assert "FrameDurationLimits" not in asked
+        assert source.refused == [
+            "picamera2: this camera has no FrameDurationLimits control (camera.fps): the "
+            "sensor runs at its own rate and frames beyond the cap are dropped"
+        ]
 
 
 def test_picamera2_controls_the_camera_lacks_are_one_line_each(

@@ -38,8 +38,11 @@ class Picamera2Source(SourceBase):
         self.width, self.height = width, height
         self._applied: dict[str, object] = {}
         self._refused: list[str] = []
-        self._interval: float | None = None  # seconds between frames, as read back
+        self._interval: float | None = None  # seconds between the sensor's frames
         self._last_ns: int | None = None
+        self._kept_interval: float | None = None  # seconds between frames read() returns
+        self._kept_ns: int | None = None
+        self._dropped = 0
         self.timeout = timeout
         self._cam: Any = None
         self._seq = 0
@@ -104,7 +107,8 @@ class Picamera2Source(SourceBase):
 
         c = self.controls
         self._applied, self._refused = {}, []
-        self._interval = self._last_ns = None
+        self._interval = self._last_ns = self._kept_interval = self._kept_ns = None
+        self._dropped = 0
         wanted: dict[str, tuple[str, Any]] = {}  # libcamera control -> (config key, value)
         if c.fps > 0:
             frame_us = round(1_000_000 / c.fps)
@@ -121,6 +125,12 @@ class Picamera2Source(SourceBase):
             if name in supported:
                 controls[name] = value
                 self._applied[key] = getattr(c, key)
+            elif key == "fps":  # read() holds the cap whatever the sensor does
+                self._applied[key] = c.fps
+                self._refused.append(
+                    f"picamera2: this camera has no {name} control (camera.fps): the sensor "
+                    "runs at its own rate and frames beyond the cap are dropped"
+                )
             else:
                 self._refused.append(
                     f"picamera2: this camera has no {name} control (camera.{key}): not applied"
@@ -128,18 +138,35 @@ class Picamera2Source(SourceBase):
         return Transform(hflip=int(c.hflip), vflip=int(c.vflip)), controls
 
     def _read_back(self, metadata: dict[str, Any], sensor_ns: int | None) -> None:
-        """The frame rate the sensor runs at (its FrameDuration, else the spacing of its
+        """The rate the sensor runs at (its FrameDuration, else the spacing of its
         timestamps, smoothed) and where the lens is, from each frame's metadata."""
         if "FrameDuration" in metadata:
             self._interval = metadata["FrameDuration"] / 1e6
         elif sensor_ns is not None and self._last_ns is not None and sensor_ns > self._last_ns:
-            step = (sensor_ns - self._last_ns) / 1e9
-            self._interval = step if self._interval is None else 0.8 * self._interval + 0.2 * step
+            self._interval = _smoothed(self._interval, (sensor_ns - self._last_ns) / 1e9)
         self._last_ns = sensor_ns
         if self._interval:
-            self._applied["frame_rate"] = round(1 / self._interval, 2)
+            self._applied["sensor_rate"] = round(1 / self._interval, 2)
         if "LensPosition" in metadata:
             self._applied["lens_position_now"] = round(float(metadata["LensPosition"]), 3)
+
+    def _keep(self, sensor_ns: int | None) -> bool:
+        """Whether the frame taken at ``sensor_ns`` is within ``camera.fps``. A sensor
+        can take FrameDurationLimits and run faster (libcamera's virtual camera does),
+        so the cap is held here too: a frame sooner than 1/fps after the last one kept
+        is dropped, before any pixel is converted. 2% of slack lets a sensor running
+        at the cap through with its timestamps' jitter."""
+        now = time.monotonic_ns() if sensor_ns is None else sensor_ns
+        fps = self.controls.fps
+        if fps > 0 and self._kept_ns is not None and 0 <= now - self._kept_ns < 0.98e9 / fps:
+            self._dropped += 1
+            self._applied["dropped_for_fps"] = self._dropped
+            return False
+        if self._kept_ns is not None and now > self._kept_ns:
+            self._kept_interval = _smoothed(self._kept_interval, (now - self._kept_ns) / 1e9)
+            self._applied["frame_rate"] = round(1 / self._kept_interval, 2)
+        self._kept_ns = now
+        return True
 
     def _read_back_transform(self, transform: Any) -> None:
         """What libcamera configured of hflip/vflip (it may refuse a flip)."""
@@ -169,29 +196,39 @@ class Picamera2Source(SourceBase):
     def read(self, timeout: float) -> Frame:
         if self._cam is None:
             raise CameraError("picamera2: not open")
-        try:
-            request = self._cam.capture_request(wait=timeout)
-        except TimeoutError:
-            raise CameraTimeout(f"picamera2: no frame within {timeout:g} s") from None
-        except Exception as exc:
-            raise CameraError(f"picamera2: capture failed ({exc})") from None
-        try:
-            rgb = self._to_rgb(request.make_array("main"))
-            metadata = request.get_metadata()
-        finally:
-            request.release()
-        now = time.time()
-        sensor_ns = metadata.get("SensorTimestamp")
-        self._read_back(metadata, sensor_ns)
+        deadline = time.monotonic() + timeout
+        while True:
+            request = self._request(deadline - time.monotonic(), timeout)
+            try:
+                metadata = request.get_metadata()
+                sensor_ns = metadata.get("SensorTimestamp")
+                self._read_back(metadata, sensor_ns)
+                if self._keep(sensor_ns):
+                    rgb = self._to_rgb(request.make_array("main"))
+                    break
+            finally:
+                request.release()
         frame = Frame(
             rgb,
             self._seq,
-            now,
+            time.time(),
             time.monotonic(),
             sensor_ts=None if sensor_ns is None else sensor_ns / 1e9,
         )
         self._seq += 1
         return frame
+
+    def _request(self, left: float, timeout: float) -> Any:
+        """The camera's next completed request, within ``left`` seconds of ``read``'s
+        ``timeout``."""
+        if left <= 0:
+            raise CameraTimeout(f"picamera2: no frame within {timeout:g} s")
+        try:
+            return self._cam.capture_request(wait=left)
+        except TimeoutError:
+            raise CameraTimeout(f"picamera2: no frame within {timeout:g} s") from None
+        except Exception as exc:
+            raise CameraError(f"picamera2: capture failed ({exc})") from None
 
     def close(self) -> None:
         cam, self._cam = self._cam, None
@@ -208,6 +245,10 @@ class Picamera2Source(SourceBase):
         closer = threading.Thread(target=stop, name="picamera2-close", daemon=True)
         closer.start()
         closer.join(self.timeout + 3.0)  # a wedged stop() must not wedge the daemon
+
+
+def _smoothed(previous: float | None, step: float) -> float:
+    return step if previous is None else 0.8 * previous + 0.2 * step
 
 
 # libcamera's packed RGB formats name the colour order of a little-endian word, so in
