@@ -26,50 +26,11 @@ import numpy as np
 from edge import platform, trace, weightcache
 from edge.closing import Closing
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError, first_line
+from edge.litert import compile_model, native_error, require_litert_cpu
 from edge.native import captured_stderr as _native_stderr
 from edge.native import release_mapped_file
 
 log = logging.getLogger(__name__)
-
-
-def _native_error(text: str) -> str:
-    """The most telling line of LiteRT's own output, for an error message."""
-    lines = [ln.strip() for ln in text.splitlines() if "ERROR" in ln and "plugin" not in ln.lower()]
-    return lines[-1] if lines else ""
-
-
-def require_litert_cpu() -> None:
-    """``EdgeError`` when LiteRT would kill the process on this CPU (platform.litert_blocker)."""
-    blocker = platform.litert_blocker()
-    if blocker:
-        raise EdgeError(f"cannot run LiteRT here: {blocker}")
-
-
-def compile_model(path: str, threads: int, flags: int | None, weight_cache: str = "") -> Any:
-    """LiteRT's CompiledModel of ``path`` on the CPU (XNNPACK, ``threads``, ``flags``;
-    ``weight_cache``: XNNPACK's packed-weight file, "" for none), in an environment of
-    its own (``model.environment``: close it after the model; it is closed here if the
-    compile fails). The one place LiteRT is set up: ``Core`` and the weight
-    cache's builder (``weightcache._child``) must compile alike, or the cache would be
-    built for other kernels than the ones that map it."""
-    import ai_edge_litert
-    from ai_edge_litert.compiled_model import CompiledModel
-    from ai_edge_litert.environment import Environment, EnvironmentOptions
-    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
-    from ai_edge_litert.options import CpuOptions, Options
-
-    cpu = CpuOptions(
-        num_threads=threads, xnnpack_flags=flags, xnnpack_weight_cache_path=weight_cache
-    )
-    options = Options(hardware_accelerators=HardwareAccelerator.CPU, cpu_options=cpu)
-    runtime = os.path.dirname(os.path.abspath(ai_edge_litert.__file__))
-    environment = Environment.create(options=EnvironmentOptions(runtime_path=runtime))
-    trace.mark("core: environment")
-    try:
-        return CompiledModel.from_file(path, options=options, environment=environment)
-    except BaseException:
-        environment.close()
-        raise
 
 
 def check_input(image: np.ndarray, input_shape: tuple[int, int, int, int]) -> None:
@@ -220,7 +181,7 @@ class Core(Closing):
         require_litert_cpu()
         trace.mark("core: open")
         try:
-            import ai_edge_litert.compiled_model  # noqa: F401 - compile_model's imports
+            import ai_edge_litert.compiled_model  # noqa: F401 - litert.compile_model's imports
         except ImportError as exc:  # pragma: no cover - a broken install
             raise EdgeError(
                 f"cannot import ai_edge_litert ({exc}); reinstall da3-edge's dependencies"
@@ -244,7 +205,7 @@ class Core(Closing):
             with _native_stderr(native):
                 model = compile_model(str(self.path), self.threads, flags, cache)
         except Exception as exc:  # LiteRT raises RuntimeError/ValueError with C++ text
-            detail = _native_error("".join(native)) or first_line(exc)
+            detail = native_error("".join(native)) or first_line(exc)
             raise ModelCorrupt(f"{self.path}: LiteRT cannot load it ({detail})") from None
         try:
             signatures = model.get_signature_list()

@@ -22,10 +22,11 @@ import numpy as np
 
 from edge import images, stages, trace
 from edge.closing import Closing
-from edge.core import Core, CoreLike, CoreSpec, require_litert_cpu
+from edge.core import Core, CoreLike, CoreSpec
 from edge.coreproc import ProcessCore
 from edge.depth import DepthFrame
 from edge.errors import ModelNotFound, ShapeError
+from edge.litert import require_litert_cpu
 from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
 
 _PIXEL = np.zeros((1, 1, 3), dtype=np.uint8)  # what a Job's still keeps of its pixels

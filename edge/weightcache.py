@@ -44,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 
+from edge import litert
+
 log = logging.getLogger(__name__)
 
 SUFFIX = ".xnnpack"
@@ -83,13 +85,6 @@ def directory(path: Path) -> Path | None:
     return None
 
 
-def _litert_version() -> str:
-    # The module's own attribute: importlib.metadata scans sys.path (~10 ms a start).
-    import ai_edge_litert
-
-    return str(getattr(ai_edge_litert, "__version__", "unknown"))
-
-
 def name(model: Path, sha256: str | None, flags: int | None) -> str:
     """The cache file's name for ``model`` (its manifest hash if known) and ``flags``."""
     if sha256:
@@ -98,7 +93,7 @@ def name(model: Path, sha256: str | None, flags: int | None) -> str:
         st = model.stat()
         ident = f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}"
     tag = f"f{flags}" if flags is not None else "default"
-    return f"{model.stem}.{ident}.litert-{_litert_version()}.{tag}{SUFFIX}"
+    return f"{model.stem}.{ident}.litert-{litert.version()}.{tag}{SUFFIX}"
 
 
 def _stamp(path: Path) -> list[int]:
@@ -207,10 +202,8 @@ def path_for(
 
 def _child(argv: list[str]) -> int:
     """Compile ``model`` with XNNPACK writing its packed weights to ``out``."""
-    from edge.core import compile_model
-
     model, out, flags, threads = argv
-    compile_model(model, int(threads), int(flags) if flags else None, out).close()
+    litert.compile_model(model, int(threads), int(flags) if flags else None, out).close()
     return 0 if os.path.isfile(out) and os.path.getsize(out) > 0 else 1
 
 
