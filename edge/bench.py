@@ -28,6 +28,7 @@ from PIL import Image
 from edge import __version__, frames, images
 from edge import platform as edge_platform
 from edge.errors import EdgeError
+from edge.stats import nearest_rank
 
 STAGES = ("decode", "preprocess", "core", "postprocess", "write")
 
@@ -52,17 +53,13 @@ def synthetic_jpeg(height: int = 1200, width: int = 1600, seed: int = 0) -> byte
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
+    """p50/p90/p99 by nearest rank (``edge.stats``), the mean and the minimum."""
     return {
-        "p50": statistics.median(ordered),
-        "p90": pick(0.90),
-        "p99": pick(0.99),
-        "mean": statistics.fmean(ordered),
-        "min": ordered[0],
+        "p50": nearest_rank(samples, 50),
+        "p90": nearest_rank(samples, 90),
+        "p99": nearest_rank(samples, 99),
+        "mean": statistics.fmean(samples),
+        "min": min(samples),
     }
 
 
@@ -91,7 +88,7 @@ class RunResult:
             "load_ms": round(self.load_ms, 2),
             "total_ms": {k: round(v, 2) for k, v in percentiles(total).items()},
             "images_per_s": round(1000.0 / statistics.fmean(total), 3),
-            "stage_p50_ms": {s: round(statistics.median(self.samples_ms[s]), 2) for s in STAGES},
+            "stage_p50_ms": {s: round(nearest_rank(self.samples_ms[s], 50), 2) for s in STAGES},
         }
 
 
@@ -340,9 +337,3 @@ def proc_cpu_seconds(pid: int) -> float:
         pass
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def nearest_rank(values: list[float], q: float) -> float:
-    """The ``q``-th percentile of ``values`` (nearest rank)."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]

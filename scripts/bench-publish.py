@@ -42,6 +42,7 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
     from paho.mqtt.enums import CallbackAPIVersion
 
     from edge import bench
+    from edge.stats import nearest_rank
 
     port = free_port()
     conf = work / "mosquitto.conf"
@@ -119,8 +120,8 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
         "cpu_ms_per_frame": cpu * 1000 / total,
         "delay_ms": {
             "n": len(steady),
-            "p50": bench.nearest_rank(steady, 50) if steady else None,
-            "p99": bench.nearest_rank(steady, 99) if steady else None,
+            "p50": nearest_rank(steady, 50) if steady else None,
+            "p99": nearest_rank(steady, 99) if steady else None,
         },
     }
 

@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from edge import bench
+    from edge.stats import nearest_rank
 
     work = Path(tempfile.mkdtemp(prefix="da3-bench-serve-", dir=bench.tmpfs_dir()))
     try:
@@ -206,8 +207,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "serve_peak_rss_mib": max(r["with_serve"]["serve_peak_rss_mib"] for r in rounds),
         "event_delay_ms": {
             "n": len(delays),
-            "p50": bench.nearest_rank(delays, 50) if delays else None,
-            "p99": bench.nearest_rank(delays, 99) if delays else None,
+            "p50": nearest_rank(delays, 50) if delays else None,
+            "p99": nearest_rank(delays, 99) if delays else None,
         },
     }
     text = json.dumps(report, indent=2)

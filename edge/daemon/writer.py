@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge.daemon.inference import Result, Results
+from edge.stats import nearest_rank
 from edge.store import FrameStore
 
 log = logging.getLogger("edge.daemon")
@@ -48,22 +49,16 @@ class Window:
         fps = 0.0
         if len(items) >= 2 and items[-1][0] > items[0][0]:
             fps = (len(items) - 1) / (items[-1][0] - items[0][0])
-        latencies = sorted(latency for _, latency in items)
+        latencies = [latency for _, latency in items]
         return {
             "seconds": self.seconds,
             "frames": len(items),
             "fps": round(fps, 3),
             "latency_ms": {
-                f"p{q}": round(_percentile(latencies, q), 1) if latencies else None
+                f"p{q}": round(nearest_rank(latencies, q), 1) if latencies else None
                 for q in (50, 90, 99)
             },
         }
-
-
-def _percentile(ordered: list[float], q: int) -> float:
-    """Nearest-rank percentile of a sorted, non-empty list."""
-    rank = max(1, -(-q * len(ordered) // 100))  # ceil(q/100 * n)
-    return ordered[rank - 1]
 
 
 class Writer:
