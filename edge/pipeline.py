@@ -45,6 +45,7 @@ class Job:
     timings: dict[str, float]
     raw: tuple[np.ndarray, np.ndarray] | None = None  # the core's depth and confidence
     rgb: np.ndarray | None = None  # the pixels, kept for the "rgb" output when asked
+    size: tuple[int, int] | None = None  # (H, W) of the outputs, when not the image's
 
 
 def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> tuple[int, int]:
@@ -240,9 +241,12 @@ class Pipeline(Closing):
         worker: int = 0,
         *,
         keep_rgb: bool = False,
+        size: tuple[int, int] | None = None,
     ) -> Job:
         """Decode (unless given a ``Still``), choose the core (of ``worker``), preprocess;
-        ``keep_rgb``: keep the pixels for the frame (``DepthFrame.rgb``)."""
+        ``keep_rgb``: keep the pixels for the frame (``DepthFrame.rgb``); ``size``: the
+        picture's own (H, W) when ``image`` is a smaller copy of it (a camera's scaled
+        stream): the shape is chosen for it, and the outputs are made at it."""
         t0 = time.perf_counter()
         if isinstance(image, images.Still):
             still = image
@@ -250,7 +254,7 @@ class Pipeline(Closing):
             still = images.load(image, name=name, max_pixels=self.spec.max_pixels)
             decode_ms = (time.perf_counter() - t0) * 1000
             trace.mark("decoded")
-        wanted, used = self.choose(still.size)
+        wanted, used = self.choose(size or still.size)
         core, artifact = self.core(used, worker)
         t1 = time.perf_counter()
         x = self.stages.preprocess(still.rgb, used)
@@ -264,7 +268,7 @@ class Pipeline(Closing):
         trace.mark("preprocessed")
         return Job(
             still, wanted, used, core, artifact, x,
-            {"decode": decode_ms, "preprocess": (t2 - t1) * 1000}, rgb=rgb,
+            {"decode": decode_ms, "preprocess": (t2 - t1) * 1000}, rgb=rgb, size=size,
         )  # fmt: skip
 
     def submit(self, job: Job) -> None:
@@ -287,7 +291,8 @@ class Pipeline(Closing):
         assert job.raw is not None
         still, artifact = job.still, job.artifact
         t3 = time.perf_counter()
-        depth, conf = self.stages.postprocess(*job.raw, still.size)
+        size = job.size or still.size
+        depth, conf = self.stages.postprocess(*job.raw, size)
         job.raw = None
         job.timings["postprocess"] = (time.perf_counter() - t3) * 1000
         trace.mark("postprocessed")
@@ -295,7 +300,7 @@ class Pipeline(Closing):
             depth=depth,
             conf=conf,
             name=still.name,
-            source_size=still.size,
+            source_size=size,
             shape_wanted=job.wanted,
             shape_used=job.used,
             precision=self.precision,

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (models / "manifest.json").is_file():
         ap.error(f"--models {models}: no manifest.json there")
     width, height = args.size
-    files = vm.camera_job(buf.getvalue(), width, height, models)
+    files = vm.camera_job(buf.getvalue(), width, height, models, lay_out=True)
     wait = 120 + 300 * args.frames  # start-up, then 21-280 s a frame under TCG
     job = vm.CAMERA_JOB + vm.LAY_OUT + f"virtual_camera\npart daemon daemon {args.frames} {wait}\n"
     out = args.out.resolve()

@@ -4,6 +4,7 @@ operator, the demos, the daemon tests and the systemd container all use."""
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 from typing import ClassVar
 
@@ -190,6 +191,30 @@ def test_picamera2_formats_convert_to_rgb() -> None:
         to_rgb_for("YUYV", (w, h))
 
 
+def test_yuv_in_the_colour_space_libcamera_chose() -> None:
+    """Limited-range Rec709 (picamera2's video default) decodes as such, not as JPEG's
+    full-range BT.601; the colour space is read from libcamera's ColorSpace."""
+    from edge.camera.picamera2 import to_rgb_for, yuv_encoding
+
+    h, w = 6, 8
+    rgb = _smooth_rgb(h, w).astype(np.float64)
+    kr, kb = 0.2126, 0.0722
+    y = kr * rgb[..., 0] + (1 - kr - kb) * rgb[..., 1] + kb * rgb[..., 2]
+    cb = (rgb[..., 2] - y) / (2 * (1 - kb))
+    cr = (rgb[..., 0] - y) / (2 * (1 - kr))
+    limited = [16 + y * 219 / 255, 128 + cb * 224 / 255, 128 + cr * 224 / 255]
+    y8, u8, v8 = (np.round(c).clip(0, 255).astype(np.uint8) for c in limited)
+    nv12 = np.concatenate([y8, np.stack([u8[::2, ::2], v8[::2, ::2]], -1).reshape(h // 2, w)])
+    rec709 = _FakeLibcamera.ColorSpace("Rec709", "Limited")
+    assert yuv_encoding(rec709) == ("Rec709", False)
+    back = to_rgb_for("NV12", (w, h), yuv_encoding(rec709))(nv12)
+    wrong = to_rgb_for("NV12", (w, h))(nv12)
+    err, err_wrong = (np.abs(x.astype(int) - rgb).max() for x in (back, wrong))
+    print(f"Rec709 limited decoded as such: max error {err}; as sYCC: {err_wrong}")
+    assert err <= 2 and err_wrong > 10
+    assert yuv_encoding(None) == yuv_encoding(_FakeLibcamera.ColorSpace.Sycc()) == ("Rec601", True)
+
+
 class _FakeLibcamera:
     """The parts of libcamera's Python bindings the source uses, as picamera2 sees them."""
 
@@ -201,15 +226,32 @@ class _FakeLibcamera:
         class AfModeEnum:
             Manual, Auto, Continuous = 0, 1, 2
 
+    class ColorSpace:
+        """Its attributes as libcamera's bindings give them (enums with a ``name``)."""
+
+        def __init__(self, encoding: str, range_: str) -> None:
+            self.ycbcrEncoding = types.SimpleNamespace(name=encoding)
+            self.range = types.SimpleNamespace(name=range_)
+
+        @classmethod
+        def Sycc(cls) -> _FakeLibcamera.ColorSpace:
+            return cls("Rec601", "Full")
+
 
 class _FakeRequest:
     converted = 0  # make_array calls
+    streams: ClassVar[list[str]] = []  # the streams asked of make_array, in order
 
-    def __init__(self, ns: int) -> None:
-        self.ns = ns
+    def __init__(self, ns: int, lores: tuple[int, int] | None = None) -> None:
+        self.ns, self.lores = ns, lores
 
     def make_array(self, stream: str) -> np.ndarray:
         _FakeRequest.converted += 1
+        _FakeRequest.streams.append(stream)
+        if stream == "lores":  # YUV420 (I420) at the lores size: mid grey
+            assert self.lores is not None, "lores asked of a request without one"
+            w, h = self.lores
+            return np.full((h * 3 // 2, w), 128, np.uint8)
         return np.zeros((48, 64, 3), np.uint8)
 
     def get_metadata(self) -> dict[str, object]:
@@ -226,6 +268,7 @@ class _FakePicamera2:
     made: ClassVar[list[_FakePicamera2]] = []
     flips = True  # whether the sensor honours a transform
     period_ns = 200_000_000  # the sensor's frame period, whatever FrameDurationLimits says
+    lores_fails = False  # whether configure refuses a second stream
 
     def __init__(self, num: int = 0) -> None:
         self.camera_controls = {
@@ -244,19 +287,27 @@ class _FakePicamera2:
         return kw
 
     def configure(self, config: dict[str, object]) -> None:
+        if config.get("lores") and self.lores_fails:
+            raise RuntimeError("Failed to configure camera")
         self.config = config
 
     def camera_configuration(self) -> dict[str, object]:
         asked = self.config["transform"]
         transform = asked if self.flips else _FakeLibcamera.Transform()
-        return {"main": {"format": "RGB888", "size": (64, 48)}, "transform": transform}
+        out = {"main": {"format": "RGB888", "size": (64, 48)}, "transform": transform,
+               "colour_space": self.config["colour_space"]}  # fmt: skip
+        lores = self.config.get("lores")
+        if isinstance(lores, dict):
+            out["lores"] = {"format": lores["format"], "size": lores["size"]}
+        return out
 
     def start(self) -> None:
         pass
 
     def capture_request(self, wait: float) -> _FakeRequest:
         self.ns += self.period_ns
-        return _FakeRequest(self.ns)
+        lores = self.config.get("lores")
+        return _FakeRequest(self.ns, lores["size"] if isinstance(lores, dict) else None)
 
     def stop(self) -> None:
         pass
@@ -267,19 +318,21 @@ class _FakePicamera2:
 
 @pytest.fixture
 def fake_picamera2(monkeypatch: pytest.MonkeyPatch) -> type[_FakePicamera2]:
-    import types
 
     module = types.ModuleType("picamera2")
     module.Picamera2 = _FakePicamera2  # type: ignore[attr-defined]
     lib = types.ModuleType("libcamera")
     lib.Transform = _FakeLibcamera.Transform  # type: ignore[attr-defined]
     lib.controls = _FakeLibcamera.controls  # type: ignore[attr-defined]
+    lib.ColorSpace = _FakeLibcamera.ColorSpace  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "picamera2", module)
     monkeypatch.setitem(sys.modules, "libcamera", lib)
     _FakePicamera2.made.clear()
     _FakePicamera2.flips = True
     _FakePicamera2.period_ns = 200_000_000
+    _FakePicamera2.lores_fails = False
     _FakeRequest.converted = 0
+    _FakeRequest.streams = []
     return _FakePicamera2
 
 
@@ -402,3 +455,66 @@ def test_other_sources_say_once_that_they_ignore_controls() -> None:
         "fake: camera.vflip is a picamera2 control; not applied",
         "fake: camera.fps is a picamera2 control; not applied",
     ]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_picamera2_small_stream_feeds_the_pipeline(
+    fake_picamera2: type[_FakePicamera2], full: bool
+) -> None:
+    """A smaller picture for the pipeline is asked of the ISP as picamera2's lores
+    stream (YUV420, the format a Pi's lores takes), converted from it; the full picture
+    is converted only when an output wants it (``Streams.full``)."""
+    from edge.camera import Streams
+
+    source = open_source(
+        "picamera2", width=64, height=48, streams=Streams(small=(32, 24), full=full)
+    )
+    with source:
+        frame = source.read(1.0)
+    asked = fake_picamera2.made[-1].asked
+    assert asked["lores"] == {"size": (32, 24), "format": "YUV420"}
+    assert asked["main"] == {"size": (64, 48), "format": "RGB888"}
+    assert frame.rgb.shape == (24, 32, 3) and np.abs(frame.rgb.astype(int) - 128).max() <= 1
+    assert frame.camera_size == frame.size == (48, 64)
+    assert _FakeRequest.streams == (["lores", "main"] if full else ["lores"])
+    if full:
+        assert frame.full is not None and frame.full.shape == (48, 64, 3)
+        assert frame.scene is frame.full
+    else:
+        assert frame.full is None and frame.scene is frame.rgb
+    assert source.applied["small_stream"] == "32x24" and source.refused == []
+
+
+def test_picamera2_without_a_second_stream_gives_the_full_picture(
+    fake_picamera2: type[_FakePicamera2],
+) -> None:
+    """A camera that refuses the second stream opens all the same, with one line: the
+    pipeline takes the full picture. No small stream is asked when the picture is no
+    larger than it."""
+    from edge.camera import Streams
+
+    fake_picamera2.lores_fails = True
+    source = open_source("picamera2", width=64, height=48, streams=Streams(small=(32, 24)))
+    with source:
+        frame = source.read(1.0)
+    assert frame.rgb.shape == (48, 64, 3) and frame.camera_size is None
+    assert frame.size == (48, 64) and _FakeRequest.streams == ["main"]
+    assert source.refused == [
+        "picamera2: no scaled second stream (Failed to configure camera): the pipeline "
+        "takes the full picture"
+    ]
+    fake_picamera2.lores_fails = False
+    source = open_source("picamera2", width=64, height=48, streams=Streams(small=(64, 48)))
+    with source:
+        source.read(1.0)
+    assert fake_picamera2.made[-1].asked["lores"] is None
+
+
+def test_streams_for_a_core() -> None:
+    """The small stream: the core's long side, the camera's aspect, even sides."""
+    from edge.camera import Streams
+
+    assert Streams.for_core(640, 480, 182, full=False) == Streams((182, 136), False)
+    assert Streams.for_core(1280, 720, 504, full=True) == Streams((504, 284), True)
+    assert Streams.for_core(720, 1280, 504, full=True) == Streams((284, 504), True)
+    assert Streams.for_core(320, 240, 504, full=True) == Streams(None, True)

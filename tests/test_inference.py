@@ -202,3 +202,48 @@ def test_fake_cores_get_the_shape_the_pipeline_chose(tmp_path: Path) -> None:
     with pipeline:
         job = pipeline.prepare(np.zeros((60, 40, 3), np.uint8), name="tall")
         assert job.used == (56, 42) and made[0].spec.shape == (56, 42)
+
+
+def test_a_frame_from_a_scaled_stream_gives_depth_at_the_cameras_size(tmp_path: Path) -> None:
+    """A frame whose pixels come from the camera's small stream (``camera_size`` set):
+    the shape is chosen for the camera's picture (tall here, though the small copy
+    handed in is wide), the core takes the small pixels, the depth comes out at the
+    camera's size, and the "rgb" output gets the full picture."""
+    models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
+    pipeline, made = fake_pipeline(models)
+    small = np.full((20, 30, 3), 90, np.uint8)
+    full = np.full((60, 40, 3), 200, np.uint8)
+    with running(pipeline) as r:
+        r.mailbox.put(
+            Frame(small, 0, time.time(), time.monotonic(), camera_size=(60, 40), full=full)
+        )
+        (result,) = r.take(1)
+    assert made[0].spec.shape == (56, 42)  # the camera's aspect, not the small copy's
+    x = pipeline.stages.preprocess(small, (56, 42))
+    expected = x.mean(axis=1)[0] + 10.0
+    depth, _ = pipeline.stages.postprocess(expected, expected, (60, 40))
+    np.testing.assert_allclose(result.depth.depth, depth, rtol=0, atol=1e-5)
+    assert result.depth.source_size == (60, 40)
+    assert result.depth.rgb is full
+
+
+def test_the_daemon_asks_the_camera_for_the_chosen_cores_size(tmp_path: Path) -> None:
+    """The small stream is the long side of the core chosen for the camera's picture,
+    the full picture only when "rgb" is among the outputs, none when the camera's
+    picture is no larger than the core's input."""
+    from edge import config as config_mod
+    from edge.camera import Streams
+    from edge.daemon.service import camera_streams
+
+    models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
+    pipeline, _ = fake_pipeline(models)
+
+    def streams(camera: str, formats: str = '["npz"]') -> Streams:
+        text = f"[camera]\n{camera}\n[store]\nformats = {formats}\n"
+        return camera_streams(config_mod.parse(text), pipeline)
+
+    with pipeline:
+        assert streams("width = 640\nheight = 480") == Streams((56, 42), False)
+        assert streams("width = 480\nheight = 640") == Streams((42, 56), False)
+        assert streams("width = 640\nheight = 480", '["npz", "rgb"]') == Streams((56, 42), True)
+        assert streams("width = 40\nheight = 30") == Streams(None, False)

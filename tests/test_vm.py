@@ -234,6 +234,8 @@ part libcamera libcamera
 part source source
 part wrongindex source index1  # a Pi 5's second connector, empty here
 part controls source controls
+part small source small
+part cpu source cpu
 """
     + f"part daemon daemon {DAEMON_FRAMES} {DAEMON_WAIT_S}\n"
 )
@@ -324,6 +326,39 @@ if sys.argv[1:] == ["controls"]:  # flip, autofocus, a frame-rate cap
         print("refused:", line)
     np.save("/job/frames/controls.npy", frames[-1].rgb)
     sys.exit(0)
+if sys.argv[1:] == ["small"]:  # a second, scaled stream (libcamera scales it here; a Pi's ISP)
+        src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
+    src.streams = Streams(small=_SMALL_, full=True)
+    with src:
+        frames = [src.read(5.0) for _ in range(3)]
+        print("colour_space:", src._cam.camera_configuration().get("colour_space"))
+    f = frames[-1]
+    print("applied:", json.dumps(src.applied, sort_keys=True))
+    print(f"small {f.rgb.shape} camera_size {f.camera_size} full {f.full.shape}")
+    for line in src.refused:
+        print("refused:", line)
+    np.save("/job/frames/small.npy", f.rgb)
+    np.save("/job/frames/full.npy", f.full)
+    sys.exit(0)
+if sys.argv[1:] == ["cpu"]:  # capture CPU per frame: the full picture, the small stream, both
+        kinds = {"full": Streams(), "small": Streams(small=_SMALL_, full=False),
+             "small+full": Streams(small=_SMALL_, full=True)}
+    n, got = 12, {k: [] for k in kinds}
+    for rnd in range(2):  # the order reversed in the second round
+        for name in list(kinds)[::1 if rnd == 0 else -1]:
+            src = Picamera2Source(width=_W_, height=_H_, timeout=10.0)
+            src.streams = kinds[name]
+            with src:
+                for _ in range(3):
+                    src.read(10.0)
+                t, p = time.thread_time(), time.process_time()
+                for _ in range(n):
+                    src.read(10.0)
+                got[name].append(((time.thread_time() - t) / n, (time.process_time() - p) / n))
+    for name, v in got.items():
+        print(f"cpu {name}: read() {1000 * min(x[0] for x in v):.1f} ms, "
+              f"process {1000 * min(x[1] for x in v):.1f} ms per frame")
+    sys.exit(0)
 if sys.argv[1:] == ["index1"]:  # one camera (0): camera 1 is refused, naming camera 0
     try:
         Picamera2Source(index=1, width=_W_, height=_H_, timeout=5.0).open()
@@ -366,6 +401,13 @@ def fp16_models(models: Path, out: Path) -> Path:
     return out
 
 
+def small_stream(models: Path) -> tuple[int, int]:
+    """The small stream the daemon asks of the W x H camera for ``models``."""
+    small = vm.small_stream(models, W, H)
+    assert small is not None
+    return small
+
+
 def card(path: Path, models: Path, work: Path) -> Path:
     """Imager's boot partition, then ``da3-edge card`` on it (mounted with fusefat)."""
     files = {
@@ -396,8 +438,10 @@ def boots(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[
     disk = vm.overlay(work / "disk.qcow2")
     buf = io.BytesIO()
     photo().save(buf, "JPEG", quality=95)
-    camera_files = vm.camera_job(buf.getvalue(), W, H)
-    camera_files |= {"capture.py": CAPTURE.encode(), "source.py": SOURCE.encode()}
+    small = small_stream(small_models)
+    camera_files = vm.camera_job(buf.getvalue(), W, H, small_models)
+    source = SOURCE.replace("_SMALL_", repr(small))
+    camera_files |= {"capture.py": CAPTURE.encode(), "source.py": source.encode()}
     results = []
     for n in (1, 2):
         result = vm.run(
@@ -572,6 +616,45 @@ def test_picamera2_controls_on_the_virtual_camera(boots: list[vm.Result]) -> Non
     assert straight > 0.99 and mirrored < 0.5, "the virtual camera flips now: update this"
 
 
+def test_picamera2_small_stream_on_the_virtual_camera(
+    boots: list[vm.Result], small_models: Path
+) -> None:
+    """The source's second stream at the small size the daemon asks for the core (here
+    libcamera's virtual camera scales it; a Pi's ISP does): the picture the pipeline
+    takes, the full one beside it, both the photo."""
+    out = part(boots[1], "small")
+    small = small_stream(small_models)
+    applied = json.loads(next(x for x in out.splitlines() if x.startswith("applied: "))[9:])
+    assert applied["small_stream"] == f"{small[0]}x{small[1]}" and "refused:" not in out
+    shapes = f"small ({small[1]}, {small[0]}, 3) camera_size ({H}, {W}) full ({H}, {W}, 3)"
+    assert shapes in out
+    rgb = np.load(boots[1].job / "frames" / "small.npy")
+    full = np.load(boots[1].job / "frames" / "full.npy")
+    expected = np.asarray(photo().resize(small, Image.Resampling.BOX), dtype=np.int16)
+    r_small = [pearson(rgb[..., c], expected[..., c]) for c in range(3)]
+    r_full = [pearson(full[..., c], np.asarray(photo())[..., c]) for c in range(3)]
+    err = np.abs(rgb.astype(np.int16) - expected)
+    print(f"small stream vs the photo scaled: Pearson {min(r_small):.4f}, mean |error| "
+          f"{err.mean():.2f} levels; full vs the photo: {min(r_full):.4f}")  # fmt: skip
+    assert min(r_small) > 0.98 and min(r_full) > 0.995
+
+
+def test_capture_cpu_per_frame_with_the_small_stream(boots: list[vm.Result]) -> None:
+    """CPU per frame of the source's read() (its thread: mapping the buffers and
+    converting to RGB), the full picture against the small stream, in one run (best of
+    two rounds, the order reversed in the second). The process figure includes the
+    virtual camera making its frames in software, which on a Pi is the ISP's work."""
+    out = part(boots[1], "cpu")
+    cpu = {}
+    for line in out.splitlines():
+        if line.startswith("cpu "):
+            name, rest = line[4:].split(": ", 1)
+            cpu[name] = float(rest.split("read() ")[1].split(" ms")[0])
+    print("read() CPU per frame, ms:", cpu)
+    assert cpu["small"] < 0.5 * cpu["full"], cpu  # ~12x fewer pixels to convert
+    assert cpu["small+full"] > cpu["small"], cpu
+
+
 def test_picamera2_index_libcamera_does_not_report(boots: list[vm.Result]) -> None:
     """``picamera2:1`` with one camera (a Pi 5 with its second connector empty): one
     line naming the cameras libcamera does report, by number and model."""
@@ -651,6 +734,8 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_mode
     controls = status["camera"]["controls"]  # read back by the source, shown in status.json
     print("camera controls in status.json:", controls)
     assert controls["fps"] == 4.0 and controls["frame_rate"] <= 4.0 * 1.1
+    small = small_stream(small_models)
+    assert controls["small_stream"] == f"{small[0]}x{small[1]}"  # the pipeline's picture
     assert c["written"] >= DAEMON_FRAMES and c["camera_errors"] == 0
     # The stop's SIGTERM is the daemon's to handle: the worker computing that frame lives on
     # until the parent stops it, so the frame is in flight, not a failed inference.
@@ -666,9 +751,13 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_mode
     summary = json.loads((frames[-1] / "frame.json").read_text())
     assert "random-init" in summary["warning"]  # flagged: never passed off as DA3's depth
     depth = np.load(frames[-1] / "frame.npz")["depth"]
-    rgb = np.load(boots[1].job / "frames" / "rgb0.npy")
+    # The daemon's pipeline took the small stream's picture: the host takes the same
+    # (the "small" part's), for the camera's picture size.
+    rgb = np.load(boots[1].job / "frames" / "small.npy")
     with Pipeline.load(PipelineSpec(small_models, precision="fp16")) as pipe:
-        host = pipe(rgb).depth
+        job = pipe.prepare(rgb, size=(H, W))
+        pipe.submit(job)
+        host = pipe.finish(job).depth
     assert depth.shape == host.shape == (H, W), (depth.shape, host.shape)
     r = pearson(depth, host)
     rel = float(np.abs(depth - host).max() / np.abs(host).max())

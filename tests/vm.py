@@ -237,7 +237,7 @@ VIRTUAL_YAML = """%YAML 1.1
   supported_formats:
   - width: {width}
     height: {height}
-  frames:
+{more}  frames:
     path: "/job/photo.jpg"
   model: "da3-edge test photo"
 """
@@ -326,18 +326,38 @@ systemctl daemon-reload
 """
 
 
+def small_stream(models: Path, width: int, height: int) -> tuple[int, int] | None:
+    """The small stream the daemon asks of a ``width`` x ``height`` camera for the fp16
+    cores of ``models`` (edge.daemon.service.camera_streams), which the virtual camera
+    must offer: the long side of the core it chooses for that picture."""
+    import json
+
+    from edge.camera import Streams
+    from edge.models import da3_shape
+    from edge.pipeline import nearest_shape
+
+    manifest = json.loads((models / "manifest.json").read_text())
+    shapes = [(a["shape"][0], a["shape"][1]) for a in manifest["artifacts"]
+              if a["kind"] == "core" and a["precision"] == "fp16"]  # fmt: skip
+    core = nearest_shape(da3_shape(height, width), shapes)
+    return Streams.for_core(width, height, max(core), full=False).small
+
+
 def camera_job(
-    photo_jpeg: bytes, width: int, height: int, models: Path | None = None
+    photo_jpeg: bytes, width: int, height: int, models: Path, *, lay_out: bool = False
 ) -> dict[str, bytes]:
     """The files ``CAMERA_JOB`` needs in /job: the photo behind the virtual camera, its
-    YAML, the daemon's config; with ``models`` (for ``LAY_OUT``), their fp16 files."""
+    YAML (offering the small stream the daemon asks for ``models``' core too), the
+    daemon's config; with ``lay_out`` (for ``LAY_OUT``), the models' fp16 files."""
     size = {"width": width, "height": height}
+    small = small_stream(models, width, height)
+    more = f"  - width: {small[0]}\n    height: {small[1]}\n" if small else ""
     files = {
         "photo.jpg": photo_jpeg,
-        "virtual.yaml": VIRTUAL_YAML.format(**size).encode(),
+        "virtual.yaml": VIRTUAL_YAML.format(**size, more=more).encode(),
         "da3-edge.toml": DAEMON_CONFIG.format(**size).encode(),
     }
-    for f in daemon_models(models) if models else ():
+    for f in daemon_models(models) if lay_out else ():
         files[f"models/{f.name}"] = f.read_bytes()
     return files
 

@@ -15,7 +15,7 @@ one-line error saying what to install.
 
 from __future__ import annotations
 
-from edge.camera.base import AF_MODES, Controls, Frame, Source
+from edge.camera.base import AF_MODES, Controls, Frame, Source, Streams
 from edge.errors import CameraError, CameraTimeout, UsageError
 
 
@@ -26,11 +26,13 @@ def open_source(
     height: int = 720,
     timeout: float = 2.0,
     controls: Controls | None = None,
+    streams: Streams | None = None,
 ) -> Source:
-    """A (not yet opened) source for SPEC, to apply ``controls`` when it opens; raises
-    UsageError for a bad SPEC."""
+    """A (not yet opened) source for SPEC, to apply ``controls`` and deliver ``streams``
+    when it opens; raises UsageError for a bad SPEC."""
     source = _source(spec, width, height, timeout)
     source.controls = controls or Controls()
+    source.streams = streams or Streams()
     return source
 
 
@@ -88,5 +90,6 @@ __all__ = [
     "Controls",
     "Frame",
     "Source",
+    "Streams",
     "open_source",
 ]

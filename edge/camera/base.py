@@ -20,11 +20,26 @@ class Frame:
     moment, for latencies. ``seq`` counts frames from this source, from 0.
     """
 
-    rgb: np.ndarray  # (H, W, 3) uint8
+    rgb: np.ndarray  # (H, W, 3) uint8: what the pipeline takes
     seq: int
     t_capture: float
     t_mono: float
     sensor_ts: float | None = None  # the driver's timestamp, when it has one (stall check)
+    # A camera whose ISP scales a second stream down for the pipeline (picamera2's lores)
+    # gives ``rgb`` at that size; then ``camera_size`` is the picture's own (H, W), and
+    # ``full`` the picture at that size, converted only when an output needs it.
+    camera_size: tuple[int, int] | None = None
+    full: np.ndarray | None = None
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The camera's picture size (H, W): what the outputs are made at."""
+        return self.camera_size or (int(self.rgb.shape[0]), int(self.rgb.shape[1]))
+
+    @property
+    def scene(self) -> np.ndarray:
+        """The picture for the "rgb" output: the full one when converted, else ``rgb``."""
+        return self.full if self.full is not None else self.rgb
 
 
 AF_MODES = ("continuous", "auto", "manual", "off")
@@ -48,6 +63,26 @@ class Controls:
         return {k: v for k, v in vars(self).items() if v != getattr(defaults, k)}
 
 
+@dataclass(frozen=True)
+class Streams:
+    """What the pipeline needs of the camera (``edge.camera.open_source``): a picture
+    ``small`` (W, H) or near it, which a camera with an ISP scales for free (None: the
+    full picture), and whether an output needs the full picture too (``full``)."""
+
+    small: tuple[int, int] | None = None
+    full: bool = True
+
+    @classmethod
+    def for_core(cls, width: int, height: int, long_side: int, *, full: bool) -> Streams:
+        """A camera of ``width`` x ``height`` feeding a core whose input is at most
+        ``long_side`` on its long side: a small stream of that long side, the aspect
+        kept and each side even (what the ISP scales to), when the camera's is larger."""
+        if not long_side or max(width, height) <= long_side:
+            return cls(None, full)
+        scale = long_side / max(width, height)
+        return cls((2 * round(width * scale / 2), 2 * round(height * scale / 2)), full)
+
+
 class Source(Protocol):
     """A camera. ``open`` may raise ``CameraError``; ``read`` returns the next frame or
     raises ``CameraError`` / ``CameraTimeout`` within about ``timeout`` seconds (a
@@ -55,6 +90,7 @@ class Source(Protocol):
 
     name: str
     controls: Controls
+    streams: Streams  # only picamera2 makes a small stream; the others give the full one
 
     @property
     def applied(self) -> dict[str, object]:
@@ -88,6 +124,7 @@ class SourceBase(Closing):
 
     name = "source"
     controls = Controls()
+    streams = Streams()
 
     @property
     def applied(self) -> dict[str, object]:

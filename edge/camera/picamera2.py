@@ -47,6 +47,8 @@ class Picamera2Source(SourceBase):
         self._cam: Any = None
         self._seq = 0
         self._to_rgb: Callable[[np.ndarray], np.ndarray] = lambda a: a
+        self._small_to_rgb: Callable[[np.ndarray], np.ndarray] | None = None
+        self._size = (height, width)
 
     def open(self) -> None:
         try:
@@ -67,19 +69,7 @@ class Picamera2Source(SourceBase):
             self._check_index(Picamera2.global_camera_info())
             cam = Picamera2(self.index)
             transform, controls = self._ask(cam.camera_controls)
-            config = cam.create_video_configuration(
-                main={"size": (self.width, self.height), "format": "RGB888"},
-                transform=transform,
-                controls=controls,
-                buffer_count=4,
-            )
-            cam.configure(config)
-            # What libcamera negotiated, which need not be what was asked for (its
-            # virtual camera gives NV12 whatever the request).
-            configured = cam.camera_configuration()
-            main = configured["main"]
-            self._to_rgb = to_rgb_for(str(main["format"]), tuple(main["size"]))
-            self._read_back_transform(configured.get("transform"))
+            self._configure(cam, transform, controls)
             cam.start()
         except Exception as exc:  # libcamera raises RuntimeError/IndexError when absent
             if cam is not None:  # opened, then configure or start failed: let it go, or
@@ -89,6 +79,44 @@ class Picamera2Source(SourceBase):
                 raise
             raise CameraError(f"picamera2: cannot start the camera ({exc})") from None
         self._cam = cam
+
+    def _configure(self, cam: Any, transform: Any, controls: dict[str, Any]) -> None:
+        """The main stream at the camera size and, when the pipeline wants a smaller
+        picture, a second one the ISP scales to it (picamera2's lores: YUV420, free of
+        CPU); what libcamera negotiated read back, which need not be what was asked
+        (its virtual camera gives NV12 whatever the request)."""
+        from libcamera import ColorSpace
+
+        main = {"size": (self.width, self.height), "format": "RGB888"}
+        small = self.streams.small
+        lores = None
+        if small is not None and small[0] < self.width and small[1] < self.height:
+            lores = {"size": small, "format": "YUV420"}
+        # sYCC (JPEG's full-range BT.601) for any YUV stream, rather than picamera2's
+        # video default (Rec709, limited range); what libcamera chose is read back.
+        common = {"transform": transform, "controls": controls, "buffer_count": 4,
+                  "colour_space": ColorSpace.Sycc()}  # fmt: skip
+        try:
+            cam.configure(cam.create_video_configuration(main=main, lores=lores, **common))
+        except Exception as exc:
+            if lores is None:
+                raise
+            self._refused.append(
+                f"picamera2: no scaled second stream ({exc}): the pipeline takes the full picture"
+            )
+            lores = None
+            cam.configure(cam.create_video_configuration(main=main, **common))
+        configured = cam.camera_configuration()
+        colour = yuv_encoding(configured.get("colour_space"))
+        got = configured["main"]
+        self._size = (int(got["size"][1]), int(got["size"][0]))
+        self._to_rgb = to_rgb_for(str(got["format"]), tuple(got["size"]), colour)
+        self._small_to_rgb = None
+        if lores is not None and configured.get("lores"):
+            got = configured["lores"]
+            self._small_to_rgb = to_rgb_for(str(got["format"]), tuple(got["size"]), colour)
+            self._applied["small_stream"] = f"{got['size'][0]}x{got['size'][1]}"
+        self._read_back_transform(configured.get("transform"))
 
     @property
     def applied(self) -> dict[str, object]:
@@ -197,6 +225,7 @@ class Picamera2Source(SourceBase):
         if self._cam is None:
             raise CameraError("picamera2: not open")
         deadline = time.monotonic() + timeout
+        full = None
         while True:
             request = self._request(deadline - time.monotonic(), timeout)
             try:
@@ -204,7 +233,12 @@ class Picamera2Source(SourceBase):
                 sensor_ns = metadata.get("SensorTimestamp")
                 self._read_back(metadata, sensor_ns)
                 if self._keep(sensor_ns):
-                    rgb = self._to_rgb(request.make_array("main"))
+                    if self._small_to_rgb is None:
+                        rgb = self._to_rgb(request.make_array("main"))
+                    else:
+                        rgb = self._small_to_rgb(request.make_array("lores"))
+                        if self.streams.full:  # an output wants the full picture
+                            full = self._to_rgb(request.make_array("main"))
                     break
             finally:
                 request.release()
@@ -214,6 +248,8 @@ class Picamera2Source(SourceBase):
             time.time(),
             time.monotonic(),
             sensor_ts=None if sensor_ns is None else sensor_ns / 1e9,
+            camera_size=self._size if self._small_to_rgb is not None else None,
+            full=full,
         )
         self._seq += 1
         return frame
@@ -257,17 +293,20 @@ _PACKED = {"RGB888": [2, 1, 0], "BGR888": [0, 1, 2], "XRGB8888": [2, 1, 0], "XBG
 CONVERTIBLE = (*_PACKED, "NV12", "YUV420")
 
 
-def to_rgb_for(fmt: str, size: tuple[int, int]) -> Callable[[np.ndarray], np.ndarray]:
-    """The function from ``make_array("main")`` of ``fmt`` at ``size`` (w, h) to an
-    owned HxWx3 RGB array; ``CameraError`` naming the format when there is none."""
+def to_rgb_for(
+    fmt: str, size: tuple[int, int], colour: tuple[str, bool] = ("Rec601", True)
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The function from ``make_array`` of ``fmt`` at ``size`` (w, h) to an owned HxWx3
+    RGB array, YUV decoded by ``colour`` (``yuv_encoding``); ``CameraError`` naming
+    the format when there is none."""
     w, h = size
     if fmt in _PACKED:
         order = _PACKED[fmt]
         return lambda a: np.ascontiguousarray(a[:h, :w, order])
     if fmt == "NV12":
-        return lambda a: yuv_to_rgb(a[:h, :w], *_nv12_chroma(a[h : h + h // 2, :w]))
+        return lambda a: yuv_to_rgb(a[:h, :w], *_nv12_chroma(a[h : h + h // 2, :w]), *colour)
     if fmt == "YUV420":
-        return lambda a: yuv_to_rgb(a[:h, :w], *_i420_chroma(a, w, h))
+        return lambda a: yuv_to_rgb(a[:h, :w], *_i420_chroma(a, w, h), *colour)
     raise CameraError(
         f"picamera2: the camera delivers {fmt}, which da3-edge cannot convert "
         f"(it takes {', '.join(CONVERTIBLE)})"
@@ -288,13 +327,42 @@ def _i420_chroma(a: np.ndarray, w: int, h: int) -> tuple[np.ndarray, np.ndarray]
     return u, v
 
 
-def yuv_to_rgb(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Full-range BT.601 (JPEG's YCbCr, what libcamera's virtual camera carries) to RGB,
-    chroma upsampled 2x by repetition."""
+# (Kr, Kb) of each YCbCr encoding libcamera names.
+_KRKB = {"Rec601": (0.299, 0.114), "Rec709": (0.2126, 0.0722), "Rec2020": (0.2627, 0.0593)}
+
+
+def yuv_encoding(colour_space: Any) -> tuple[str, bool]:
+    """(YCbCr encoding, full range) of a libcamera ``ColorSpace`` as picamera2 reads it
+    back; sYCC's (Rec601, full: JPEG's, what libcamera's virtual camera carries) when
+    it has none or names one this module lacks."""
+    if colour_space is None:
+        return "Rec601", True
+
+    def name(value: Any) -> str:
+        return str(getattr(value, "name", None) or value).rpartition(".")[2]
+
+    encoding = name(getattr(colour_space, "ycbcrEncoding", ""))
+    full = name(getattr(colour_space, "range", "Full")) != "Limited"
+    return (encoding if encoding in _KRKB else "Rec601"), full
+
+
+def yuv_to_rgb(
+    y: np.ndarray, u: np.ndarray, v: np.ndarray, encoding: str = "Rec601", full: bool = True
+) -> np.ndarray:
+    """YCbCr of ``encoding`` (full or limited range) to RGB, chroma upsampled 2x by
+    repetition."""
+    kr, kb = _KRKB[encoding]
+    kg = 1.0 - kr - kb
     u = np.repeat(np.repeat(u, 2, axis=0), 2, axis=1)[: y.shape[0], : y.shape[1]]
     v = np.repeat(np.repeat(v, 2, axis=0), 2, axis=1)[: y.shape[0], : y.shape[1]]
     yf = y.astype(np.float32)
     uf = u.astype(np.float32) - 128.0
     vf = v.astype(np.float32) - 128.0
-    rgb = np.stack([yf + 1.402 * vf, yf - 0.344136 * uf - 0.714136 * vf, yf + 1.772 * uf], -1)
-    return np.clip(rgb + 0.5, 0, 255).astype(np.uint8)
+    if not full:  # Y in 16-235, Cb/Cr in 16-240
+        yf = (yf - 16.0) * np.float32(255 / 219)
+        uf *= np.float32(255 / 224)
+        vf *= np.float32(255 / 224)
+    r = yf + np.float32(2 * (1 - kr)) * vf
+    g = yf - np.float32(2 * kb * (1 - kb) / kg) * uf - np.float32(2 * kr * (1 - kr) / kg) * vf
+    b = yf + np.float32(2 * (1 - kb)) * uf
+    return np.clip(np.stack([r, g, b], -1) + 0.5, 0, 255).astype(np.uint8)

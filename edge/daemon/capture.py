@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge.camera import CameraError, Frame, Source, open_source
+from edge.camera import CameraError, Frame, Source, Streams, open_source
 from edge.config import CameraConfig
 
 log = logging.getLogger("edge.daemon")
@@ -74,14 +74,16 @@ class Capture:
         mailbox: Mailbox,
         stop: threading.Event,
         beat: Callable[[], None],
+        streams: Streams | None = None,
     ) -> None:
         self.mailbox = mailbox
         self.stop = stop
         self.beat = beat
         self.counters = CaptureCounters()
         self.state: tuple[str, str | None] = ("starting", None)
-        self._wanted: tuple[int, CameraConfig] = (0, config)
+        self._wanted: tuple[int, CameraConfig, Streams] = (0, config, streams or Streams())
         self._config = config
+        self._streams = self._wanted[2]
         self._generation = 0
         self.source: Source | None = None
         self._refused: list[str] = []
@@ -91,10 +93,11 @@ class Capture:
         source = self.source
         return source.applied if source is not None else {}
 
-    def reconfigure(self, config: CameraConfig) -> None:
-        """Main thread: use ``config`` from the next read on (a new source)."""
-        generation, _ = self._wanted
-        self._wanted = (generation + 1, config)
+    def reconfigure(self, config: CameraConfig, streams: Streams | None = None) -> None:
+        """Main thread: use ``config`` (and ``streams``) from the next read on (a new
+        source)."""
+        generation, _, current = self._wanted
+        self._wanted = (generation + 1, config, streams or current)
 
     def _changed(self) -> bool:
         return self._wanted[0] != self._generation
@@ -125,11 +128,11 @@ class Capture:
             if source is None or self._changed():
                 # One source object per configuration: it is closed and reopened on
                 # faults (a fresh driver session each time), replaced on reload.
-                self._generation, self._config = self._wanted
+                self._generation, self._config, self._streams = self._wanted
                 cfg = self._config
                 source = open_source(
                     cfg.source, width=cfg.width, height=cfg.height, timeout=cfg.timeout,
-                    controls=cfg.controls(),
+                    controls=cfg.controls(), streams=self._streams,
                 )  # fmt: skip
                 self.source = source
             try:

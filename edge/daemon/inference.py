@@ -181,8 +181,9 @@ class Inference:
         t0 = time.monotonic()
         try:
             return self.pipeline.prepare(
-                frame.rgb, name=f"frame-{frame.seq}", worker=worker, keep_rgb=True
-            )
+                frame.rgb, name=f"frame-{frame.seq}", worker=worker, keep_rgb=True,
+                size=frame.camera_size,
+            )  # fmt: skip
         except EdgeError as exc:
             self._failed("preprocess", frame, exc)
             return None
@@ -213,6 +214,7 @@ class Inference:
         except EdgeError as exc:
             self._failed("postprocess", item.frame, exc)
             return
+        depth.rgb = item.frame.scene  # the full picture for the "rgb" output, when made
         self.counters.dropped_write += self.results.put(Result(depth, item.frame, used.workers))
         self.counters.holding -= 1
 

@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from edge import config as config_mod
+from edge.camera import Streams
 from edge.daemon import status
 from edge.daemon.capture import Capture, Mailbox
 from edge.daemon.inference import Inference, Results
@@ -52,6 +53,19 @@ def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
         if artifact.precision == model.precision:
             pipeline.manifest.verify(artifact)
     return pipeline
+
+
+def camera_streams(config: config_mod.Config, pipeline: Pipeline) -> Streams:
+    """What the pipeline needs of the camera: a picture scaled down to the input of the
+    core it chooses for the camera's size (that core's long side) when the camera's is
+    larger, and the full one too only when an output shows the picture itself ("rgb"
+    in store.formats)."""
+    cam = config.camera
+    try:
+        long_side = max(pipeline.choose((cam.height, cam.width))[1])
+    except EdgeError:  # no core for it (--strict-shape): each frame says so
+        long_side = 0
+    return Streams.for_core(cam.width, cam.height, long_side, full="rgb" in config.store.formats)
 
 
 def make_store(store: config_mod.StoreConfig) -> FrameStore:
@@ -98,9 +112,11 @@ class Daemon:
         self.store = make_store(config.store)
         refuse_unsafe(self.store.root)  # before minutes of model loading, in one line
         pipeline = open_pipeline(config.model)
+        self.streams = camera_streams(config, pipeline)
         self.capture = Capture(
-            config.camera, self.mailbox, self.stop_event, self._beater("capture")
-        )
+            config.camera, self.mailbox, self.stop_event, self._beater("capture"),
+            streams=self.streams,
+        )  # fmt: skip
         self.inference = Inference(
             pipeline, self.mailbox, self.results, self.stop_event, self._beater("infer")
         )
@@ -196,9 +212,11 @@ class Daemon:
             log.error("reload: keeping the running config: %s", exc)
             new = self.config
         old = self.config
+        pipeline = self.inference.pipeline
         if new.model != old.model:
             try:
-                self.inference.offer(self.open_pipeline(new.model))  # adopted between frames
+                pipeline = self.open_pipeline(new.model)
+                self.inference.offer(pipeline)  # adopted between frames
             except EdgeError as exc:
                 log.error("reload: keeping the running model: %s", exc)
                 new = replace(new, model=old.model)
@@ -206,8 +224,10 @@ class Daemon:
             self.store = make_store(new.store)
         if new.store != old.store or new.camera.source != old.camera.source:
             self.writer.reconfigure(self.store, new.camera.source)
-        if new.camera != old.camera:
-            self.capture.reconfigure(new.camera)
+        streams = camera_streams(new, pipeline)
+        if new.camera != old.camera or streams != self.streams:
+            self.capture.reconfigure(new.camera, streams)
+            self.streams = streams
         if new is not old:
             log.info("reload: config %s applied", path or "(defaults)")
         self.config = new
