@@ -30,3 +30,27 @@ def test_readme_names_the_test_command_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "scripts/check" in readme and "scripts/check" in ci
+
+
+def test_every_environment_variable_is_in_the_reference() -> None:
+    """docs/reference/environment.md lists each ``DA3_EDGE_*`` variable the tree reads
+    (the package, scripts, tests, CI, units), and nothing the tree no longer reads."""
+    import re
+
+    pattern = re.compile(r"\bDA3_EDGE_[A-Z0-9_]*[A-Z0-9]\b")
+    used: dict[str, str] = {}
+    for top in ("edge", "scripts", "tests", "systemd", ".ci"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            for name in pattern.findall(text):
+                used.setdefault(name, str(path.relative_to(ROOT)))
+    documented = set(pattern.findall((ROOT / "docs/reference/environment.md").read_text()))
+    print(f"{len(used)} variables in the tree: {', '.join(sorted(used))}")
+    missing = {name: where for name, where in used.items() if name not in documented}
+    assert not missing, f"not in docs/reference/environment.md: {missing}"
+    assert documented <= set(used), f"documented, read nowhere: {documented - set(used)}"
