@@ -320,20 +320,3 @@ def steady_fps(records: list[dict[str, Any]], warmup: int) -> float:
     if len(steady) < 2:
         raise SystemExit(f"{len(records)} frames written; too few to measure")
     return float((len(steady) - 1) / (steady[-1]["t_written"] - steady[0]["t_written"]))
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """CPU time of a live process (Linux /proc): its threads' time on a CPU in ns
-    (``schedstat``; threads that have ended no longer count), else user + system in
-    clock ticks (``stat``: 10 ms steps, too coarse for a process that works ~1 ms at
-    a time: a run's difference could read 0)."""
-    try:
-        total = 0
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            total += int((task / "schedstat").read_text().split()[0])
-        if total:  # all zeros: a kernel without scheduler statistics
-            return total / 1e9
-    except (OSError, ValueError, IndexError):
-        pass
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -17,6 +17,8 @@ import json
 import os
 import time
 
+from edge import procfs
+
 _FIELDS = {
     "VmRSS": "rss",
     "VmHWM": "hwm",
@@ -33,9 +35,7 @@ def _age() -> float:
     global _started
     if _started is None:
         try:
-            with open("/proc/self/stat") as fh:
-                # Field 22, after the parenthesised command name (which may hold spaces).
-                ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+            ticks = int(procfs.stat_fields()[19])
             boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
             _started = time.perf_counter() - (boot_now - ticks / os.sysconf("SC_CLK_TCK"))
         except (OSError, ValueError, IndexError, AttributeError):
@@ -44,16 +44,11 @@ def _age() -> float:
 
 
 def _memory() -> dict[str, int]:
-    out: dict[str, int] = {}
     try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key in _FIELDS:
-                    out[_FIELDS[key]] = int(value.split()[0])
+        found = procfs.status()
     except OSError:
-        pass
-    return out
+        return {}
+    return {name: int(found[key].split()[0]) for key, name in _FIELDS.items() if key in found}
 
 
 def mark(label: str) -> None:

@@ -41,7 +41,7 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
     import paho.mqtt.client as paho
     from paho.mqtt.enums import CallbackAPIVersion
 
-    from edge import bench
+    from edge import bench, procfs
     from edge.stats import nearest_rank
 
     port = free_port()
@@ -98,11 +98,11 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
             if "connected to" in log.read_text():
                 break
             time.sleep(0.05)
-        cpu0 = bench.proc_cpu_seconds(pub.pid)
+        cpu0 = procfs.cpu_seconds(pub.pid)
         bench.replay_daemon(replay, store, args.models, config=cfg, fps=args.fps,
                             frames=total, code=ROOT)  # fmt: skip
         time.sleep(1.0)
-        cpu = bench.proc_cpu_seconds(pub.pid) - cpu0
+        cpu = procfs.cpu_seconds(pub.pid) - cpu0
     finally:
         pub.terminate()
         pub.wait(10)

@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def peak_rss_mib(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    found = re.search(r"VmHWM:\s+(\d+) kB", status)
-    return int(found.group(1)) / 1024 if found else float("nan")
+    from edge import procfs
+
+    return procfs.kib(pid, "VmHWM") / 1024
 
 
 class Client:
@@ -112,7 +112,7 @@ class Client:
 def run_daemon(
     models: Path, replay: Path, work: Path, args: argparse.Namespace, serve: bool
 ) -> dict[str, Any]:
-    from edge import bench
+    from edge import bench, procfs
 
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work)) / "store"
     total = args.warmup + args.frames
@@ -138,14 +138,14 @@ def run_daemon(
         if not port:
             raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
         client = Client(port, store)
-        cpu0 = bench.proc_cpu_seconds(server.pid)
+        cpu0 = procfs.cpu_seconds(server.pid)
     records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
                                   frames=total, code=ROOT)  # fmt: skip
     if server is not None and client is not None:
         time.sleep(0.5)  # the last events
         client.close()
         out["serve_cpu_ms_per_frame"] = (
-            (bench.proc_cpu_seconds(server.pid) - cpu0) * 1000 / len(records)
+            (procfs.cpu_seconds(server.pid) - cpu0) * 1000 / len(records)
         )
         out["serve_peak_rss_mib"] = peak_rss_mib(server.pid)
         out["delays_ms"] = [d * 1000 for d in client.delays]

@@ -45,11 +45,9 @@ def paired(fns: dict[str, object], n: int) -> dict[str, list[float]]:
 
 def _status(key: str) -> float:
     """VmRSS / VmHWM of this process, MiB."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(key)
+    from edge import procfs
+
+    return procfs.kib("self", key) / 1024
 
 
 def _reset_peak() -> None:

@@ -64,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from edge import follow, layout  # noqa: E402
+from edge import follow, layout, procfs  # noqa: E402
 from edge.models import Manifest  # noqa: E402
 from tests.daemon_harness import Notifications, frame_dirs  # noqa: E402
 
@@ -251,9 +251,9 @@ status_every = 2.0
         # daemon ended, none may outlive it, or each restart would leave a model behind.
         workers = [p for p in self.tree if p != run.pid]
         deadline = time.monotonic() + 5.0
-        while any(map(alive, workers)) and time.monotonic() < deadline:
+        while any(map(procfs.alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        run.orphans = [p for p in workers if alive(p)]
+        run.orphans = [p for p in workers if procfs.alive(p)]
         self.event("end", pid=run.pid, how=how, exit_code=run.exit_code, orphans=run.orphans)
 
     def supervise(self, faults: list[Fault]) -> None:
@@ -291,7 +291,7 @@ status_every = 2.0
         rss = threads = 0
         for pid in pids:
             with contextlib.suppress(OSError):
-                fields = proc_status(pid)
+                fields = procfs.status(pid)
                 rss += int(fields["VmRSS"].split()[0])
                 threads += int(fields["Threads"])
         held, transient = held_fds(pids)
@@ -435,31 +435,12 @@ status_every = 2.0
         self.faults = faults
 
 
-def alive(pid: int) -> bool:
-    """``pid`` runs (not gone, not a zombie waiting to be reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def proc_status(pid: int) -> dict[str, str]:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
-
-
 FD_READINGS, FD_GAP_S = 3, 0.1
 
 
 def open_fds(pids: list[int]) -> set[tuple[int, int, str]]:
     """(pid, fd, target) of every descriptor the processes hold now."""
-    found = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    found.add((pid, int(fd), os.readlink(f"/proc/{pid}/fd/{fd}")))
-    return found
+    return {(pid, fd, target) for pid in pids for fd, target in procfs.fds(pid).items()}
 
 
 def held_fds(pids: list[int]) -> tuple[set[tuple[int, int, str]], list[str]]:
@@ -477,11 +458,7 @@ def held_fds(pids: list[int]) -> tuple[set[tuple[int, int, str]], list[str]]:
 
 def process_tree(root: int) -> list[int]:
     """``root`` and its descendants (the core workers)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError):
-                parents[int(entry)] = int(proc_status(int(entry))["PPid"])
+    parents = procfs.parents()
     tree, frontier = [root], [root]
     while frontier:
         frontier = [p for p, pp in parents.items() if pp in frontier]

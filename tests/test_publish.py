@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from edge import procfs
+
 from .broker import Broker, Listener
 from .daemon_harness import Command, DaemonProcess, frame_dirs
 from .test_daemon import write_config
@@ -65,9 +67,7 @@ class Publish(Command):
         super().__init__("publish", ["--config", str(config), "--store", str(store)], log, env)
 
     def rss_kib(self) -> int:
-        found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text())
-        assert found
-        return int(found.group(1))
+        return procfs.kib(self.proc.pid, "VmRSS")
 
 
 @contextmanager

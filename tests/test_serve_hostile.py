@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from edge import procfs
 from edge.serve.auth import Backoff
 
 from .test_serve import serving
@@ -48,22 +49,11 @@ def config(tmp_path: Path, **extra: object) -> Path:
 
 
 def fds(pid: int) -> list[str]:
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):  # closed meanwhile
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    return out
+    return list(procfs.fds(pid).values())
 
 
 def sockets(pid: int) -> int:
     return len([f for f in fds(pid) if f.startswith("socket:")])
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
@@ -191,11 +181,11 @@ def test_clients_that_never_read_a_stream_are_dropped(tmp_path: Path) -> None:
             stalled.append(sock)
         # Taken in by serve (not still in the listen queue), and answering.
         until(lambda: sockets(pid) >= baseline + 40, 60, "serve took the 40 streams")
-        before = rss_kib(pid)
+        before = procfs.kib(pid, "VmRSS")
         start = time.monotonic()
         until(lambda: sockets(pid) <= baseline, 60 + 10 * SEND_TIMEOUT,
               "serve closed the 40 stalled streams")  # fmt: skip
-        after = rss_kib(pid)
+        after = procfs.kib(pid, "VmRSS")
         print(f"40 stalled streams dropped after {time.monotonic() - start:.1f} s "
               f"(send_timeout {SEND_TIMEOUT:g} s); serve RSS {before / 1024:.1f} MiB with "
               f"them, {after / 1024:.1f} MiB after; descriptors now {len(fds(pid))}")  # fmt: skip
