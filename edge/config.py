@@ -388,19 +388,32 @@ def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PA
     return parse(text, str(p), parts)
 
 
-def with_overrides(config: Config, **flags: Any) -> Config:
-    """Command-line flags over the file: ``source``, ``store``, ``models``,
-    ``precision``, ``stages``, ``threads`` (None = not given)."""
+@dataclass(frozen=True)
+class Overrides:
+    """``da3-edge run``'s flags that override the file (None: not given). Kept by the
+    daemon, so a reloaded file is overridden alike."""
+
+    source: str | None = None
+    store: str | None = None
+    models: str | None = None
+    precision: str | None = None
+    stages: str | None = None
+    threads: int | None = None
+
+
+def with_overrides(config: Config, overrides: Overrides) -> Config:
+    """``overrides`` over ``config``, validated (ConfigError)."""
+    o = overrides
     camera, model, store = config.camera, config.model, config.store
-    if flags.get("source") is not None:
-        camera = replace(camera, source=flags["source"])
-    if flags.get("models") is not None:
-        model = replace(model, dir=flags["models"])
+    if o.source is not None:
+        camera = replace(camera, source=o.source)
+    if o.models is not None:
+        model = replace(model, dir=o.models)
     for key in ("precision", "stages", "threads"):
-        if flags.get(key) is not None:
-            model = replace(model, **{key: flags[key]})
-    if flags.get("store") is not None:
-        store = replace(store, dir=flags["store"])
+        if getattr(o, key) is not None:
+            model = replace(model, **{key: getattr(o, key)})
+    if o.store is not None:
+        store = replace(store, dir=o.store)
     out = replace(config, camera=camera, model=model, store=store)
     validate(out)
     return out

@@ -63,9 +63,8 @@ def test_bad_values_name_the_key_and_line(text: str, message: str) -> None:
 
 def test_flags_override_the_file() -> None:
     base = config.parse("[model]\nprecision = 'fp32'\n[camera]\nsource = 'fake'\n", "c.toml")
-    out = config.with_overrides(
-        base, source="replay:/x@2", precision="int8", store="/tmp/s", threads=None
-    )
+    flags = config.Overrides(source="replay:/x@2", precision="int8", store="/tmp/s")
+    out = config.with_overrides(base, flags)
     assert (
         out.camera.source == "replay:/x@2"
         and out.model.precision == "int8"
@@ -73,4 +72,4 @@ def test_flags_override_the_file() -> None:
     )
     assert out.model.threads == 0  # not given: the file's (default) value stays
     with pytest.raises(config.ConfigError, match=r"camera\.source"):
-        config.with_overrides(base, source="nope")
+        config.with_overrides(base, config.Overrides(source="nope"))

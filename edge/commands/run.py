@@ -69,20 +69,16 @@ def main(args: Sequence[str] | None = None) -> int:
     if ns.print_default_config:
         sys.stdout.write(config_mod.default_text())
         return 0
-    flags = {
-        "source": ns.source,
-        "store": ns.store,
-        "models": ns.models,
-        "precision": ns.precision,
-        "stages": ns.stages,
-        "threads": ns.threads,
-    }
-    config = config_mod.with_overrides(config_mod.load(ns.config), **flags)
+    flags = config_mod.Overrides(
+        source=ns.source, store=ns.store, models=ns.models, precision=ns.precision,
+        stages=ns.stages, threads=ns.threads,
+    )  # fmt: skip
+    config = config_mod.with_overrides(config_mod.load(ns.config), flags)
     if ns.check_config:
         print(f"{ns.config or 'defaults'}: ok")
         return 0
     from edge.daemon import Daemon, setup_logging
 
     setup_logging()
-    daemon = Daemon(config, max_frames=ns.max_frames, flag_overrides=flags)
+    daemon = Daemon(config, max_frames=ns.max_frames, overrides=flags)
     return daemon.run()

@@ -96,11 +96,11 @@ class Daemon:
         notifier: Notifier | None = None,
         *,
         max_frames: int = 0,
-        flag_overrides: dict[str, Any] | None = None,
+        overrides: config_mod.Overrides | None = None,
         open_pipeline: Callable[[config_mod.ModelConfig], Pipeline] = load_pipeline,
     ) -> None:
         self.config = config
-        self.flag_overrides = flag_overrides or {}
+        self.overrides = overrides or config_mod.Overrides()
         self.notifier = notifier or Notifier.from_env()
         self.open_pipeline = open_pipeline
         self.state = "starting"
@@ -207,7 +207,7 @@ class Daemon:
         self.write_status()
         try:
             new = config_mod.load(path) if path else self.config
-            new = config_mod.with_overrides(new, **self.flag_overrides)
+            new = config_mod.with_overrides(new, self.overrides)
         except ConfigError as exc:
             log.error("reload: keeping the running config: %s", exc)
             new = self.config
