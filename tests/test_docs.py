@@ -27,9 +27,11 @@ def test_generated_docs_are_current(script: str) -> None:
 
 
 def test_readme_names_the_test_command_ci_runs() -> None:
+    """The README's test command is one script, the one .ci/run calls."""
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "scripts/check" in readme and "scripts/check" in ci
+    assert "\nscripts/test-all\n" in readme and "\nscripts/test-all\n" in ci
+    assert "scripts/check" in (ROOT / "scripts" / "test-all").read_text()
 
 
 def test_every_environment_variable_is_in_the_reference() -> None:

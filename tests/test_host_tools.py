@@ -27,6 +27,7 @@ APT_LIST = ROOT / "requirements" / "apt.txt"
 # The test command's shell scripts (README.md) and what they run.
 SHELL_SCRIPTS = [
     ".ci/run",
+    "scripts/test-all",
     "scripts/install-host-packages.sh",
     "scripts/check",
     "scripts/setup-export-env.sh",
@@ -289,8 +290,11 @@ def test_each_listed_package_provides_its_tools(package: str) -> None:
 
 def test_ci_installs_the_list_before_anything_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    install = ci.index("scripts/install-host-packages.sh")
-    assert install < ci.index("scripts/check") and install < ci.index("uv sync")
+    assert "scripts/test-all" in ci
+    lines = (ROOT / "scripts" / "test-all").read_text().splitlines()
+    run = "\n".join(x for x in lines if not x.lstrip().startswith("#"))  # commands only
+    install = run.index("scripts/install-host-packages.sh")
+    assert install < run.index("scripts/check") and install < run.index("uv sync")
     assert "requirements/apt.txt" in (ROOT / "scripts" / "install-host-packages.sh").read_text()
     # The lane installs its own tools by hand through the same script, from the same list.
     lane = (ROOT / "scripts" / "arm-lane.sh").read_text()
