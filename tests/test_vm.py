@@ -327,7 +327,8 @@ if sys.argv[1:] == ["controls"]:  # flip, autofocus, a frame-rate cap
     np.save("/job/frames/controls.npy", frames[-1].rgb)
     sys.exit(0)
 if sys.argv[1:] == ["small"]:  # a second, scaled stream (libcamera scales it here; a Pi's ISP)
-        src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
+    from edge.camera import Streams
+    src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
     src.streams = Streams(small=_SMALL_, full=True)
     with src:
         frames = [src.read(5.0) for _ in range(3)]
@@ -341,7 +342,8 @@ if sys.argv[1:] == ["small"]:  # a second, scaled stream (libcamera scales it he
     np.save("/job/frames/full.npy", f.full)
     sys.exit(0)
 if sys.argv[1:] == ["cpu"]:  # capture CPU per frame: the full picture, the small stream, both
-        kinds = {"full": Streams(), "small": Streams(small=_SMALL_, full=False),
+    from edge.camera import Streams
+    kinds = {"full": Streams(), "small": Streams(small=_SMALL_, full=False),
              "small+full": Streams(small=_SMALL_, full=True)}
     n, got = 12, {k: [] for k in kinds}
     for rnd in range(2):  # the order reversed in the second round
