@@ -166,7 +166,7 @@ def _smooth_rgb(h: int, w: int) -> np.ndarray:
 def test_picamera2_formats_convert_to_rgb() -> None:
     """What libcamera negotiates reaches the pipeline as RGB: packed formats by their
     memory order, NV12 and YUV420 through BT.601; anything else is named."""
-    from edge.camera.picamera2 import to_rgb_for
+    from edge.camera.formats import to_rgb_for
 
     h, w = 6, 8
     rgb = _smooth_rgb(h, w)
@@ -194,7 +194,7 @@ def test_picamera2_formats_convert_to_rgb() -> None:
 def test_yuv_in_the_colour_space_libcamera_chose() -> None:
     """Limited-range Rec709 (picamera2's video default) decodes as such, not as JPEG's
     full-range BT.601; the colour space is read from libcamera's ColorSpace."""
-    from edge.camera.picamera2 import to_rgb_for, yuv_encoding
+    from edge.camera.formats import to_rgb_for, yuv_encoding
 
     h, w = 6, 8
     rgb = _smooth_rgb(h, w).astype(np.float64)
