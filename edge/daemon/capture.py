@@ -83,7 +83,6 @@ class Capture:
         self.state: tuple[str, str | None] = ("starting", None)
         self._wanted: tuple[int, CameraConfig, Streams] = (0, config, streams or Streams())
         self._config = config
-        self._streams = self._wanted[2]
         self._generation = 0
         self.source: Source | None = None
         self._refused: list[str] = []
@@ -128,11 +127,11 @@ class Capture:
             if source is None or self._changed():
                 # One source object per configuration: it is closed and reopened on
                 # faults (a fresh driver session each time), replaced on reload.
-                self._generation, self._config, self._streams = self._wanted
+                self._generation, self._config, streams = self._wanted
                 cfg = self._config
                 source = open_source(
                     cfg.source, width=cfg.width, height=cfg.height, timeout=cfg.timeout,
-                    controls=cfg.controls(), streams=self._streams,
+                    controls=cfg.controls(), streams=streams,
                 )  # fmt: skip
                 self.source = source
             try:
