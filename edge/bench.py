@@ -2,7 +2,7 @@
 
 Everything reported in one run comes from that run (ratios between configurations
 are measured side by side, never against numbers from elsewhere). Used by
-``da3-edge bench``; ``scripts/compare_pytorch.py`` reuses ``cold_still``.
+``da3-edge bench``; ``python -m scripts.compare_pytorch`` reuses ``cold_still``.
 """
 
 from __future__ import annotations
@@ -291,10 +291,12 @@ def replay_daemon(
     frames: int,
     code: Path | None = None,
     python: str = sys.executable,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """`da3-edge run` on ``replay`` at ``fps`` until ``frames`` are written (from the
-    package in ``code`` when given, else the installed one); the frame records, in
-    store order. SystemExit with its stderr if it fails."""
+    package in ``code`` when given, else the installed one; ``threads`` per worker when
+    given, else the config's); the frame records, in store order. SystemExit with its
+    stderr if it fails."""
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
     if code is not None:
         env["PYTHONPATH"] = str(code)
@@ -302,6 +304,7 @@ def replay_daemon(
         python, "-m", "edge", "run", "--config", str(config),
         "--source", f"replay:{replay}@{fps:g}", "--store", str(store),
         "--models", str(models), "--max-frames", str(frames),
+        *(["--threads", str(threads)] if threads is not None else []),
     ]  # fmt: skip
     proc = subprocess.run(
         argv, cwd=code, env=env, capture_output=True, text=True, timeout=1800, check=False

@@ -4,7 +4,7 @@ With ``DA3_EDGE_TRACE=FILE`` set, each ``mark(label)`` appends one JSON line to 
 the label, seconds since the process started (from the kernel's start time: imports
 count), and on Linux the process's memory from ``/proc/self/status`` in KiB (``rss``,
 its peak so far ``hwm``, and the resident split ``anon`` / ``file`` / ``shmem``).
-Unset (the default), ``mark`` returns at once. ``scripts/startup-breakdown.py`` runs
+Unset (the default), ``mark`` returns at once. ``scripts/startup_breakdown.py`` runs
 ``da3-edge snap`` with it and tabulates the lines.
 
 A line is appended and flushed per mark (no buffering to lose when a process dies);

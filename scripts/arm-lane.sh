@@ -30,7 +30,7 @@
 #   installer  scripts/arm/installer-check.sh: scripts/install-pi.sh, twice, in a fresh
 #            copy of the root filesystem.
 #   rss      (not run by default: ~25 min) where a still's memory goes on cortex-a76:
-#            scripts/startup-breakdown.py on the full-size models, fp16 with XNNPACK's
+#            scripts/startup_breakdown.py on the full-size models, fp16 with XNNPACK's
 #            fp16 arithmetic and without, int8; RSS only (it includes qemu's own, measured
 #            beside it), written to docs/bench/startup-a76.json. Needs `prepare` first.
 #
@@ -150,10 +150,8 @@ prepare() {
         'from edge import etrunner; print(etrunner.default_dir("/usr"))')
     uv run --frozen --no-sync da3-edge install-executorch --platform aarch64 \
         --cxx aarch64-linux-gnu-g++ --dest "$et_dest"
-    # The models both lanes use: exported on the host if not current (tests/conftest.py).
-    uv run --frozen --no-sync python -c \
-        'from tests.conftest import build_small_models; print(build_small_models())' \
-        >"$LANE/models-path"
+    # The models both lanes use: exported on the host if not current (tests/support/models.py).
+    uv run --frozen --no-sync python -m tests.support.models small >"$LANE/models-path"
     a76 -- python3 -c 'import platform, edge; print("python", platform.python_version(), platform.machine(), "da3-edge", edge.__version__)'
 }
 
@@ -175,7 +173,7 @@ run_snap() {
     rm -rf "$OUT"
     mkdir -p "$OUT"
     photos=$OUT/photos
-    uv run --frozen --no-sync python scripts/arm/compare.py photos "$photos"
+    uv run --frozen --no-sync python -m scripts.arm.compare photos "$photos"
     local p
     for p in fp32 fp16 int8; do
         uv run --frozen --no-sync da3-edge snap --models "$models" --precision "$p" \
@@ -185,8 +183,8 @@ run_snap() {
     done
     # The ExecuTorch stages on da3-edge's runner (no torch in the root): stage outputs on
     # seeded inputs, and a still end to end, on both.
-    uv run --frozen --no-sync python scripts/arm/compare.py stages "$models" "$OUT/stages-x86_64.npz"
-    a76 -- python3 "$REPO/scripts/arm/compare.py" stages "$models" "$OUT/stages-a76.npz"
+    uv run --frozen --no-sync python -m scripts.arm.compare stages "$models" "$OUT/stages-x86_64.npz"
+    a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- python3 -m scripts.arm.compare stages "$models" "$OUT/stages-a76.npz"
     uv run --frozen --no-sync da3-edge snap --models "$models" --precision fp32 --threads 2 \
         --stages executorch -o "$OUT/x86_64-fp32-executorch" "$photos"
     a76 -- python3 -m edge snap --models "$models" --precision fp32 --threads 2 \
@@ -203,14 +201,14 @@ run_snap() {
     echo "exit=$?" >>"$OUT/a72-snap.txt"
     local fp16_model
     fp16_model=$(ls "$models"/*_fp16.tflite | head -1)
-    a72 -- python3 "$REPO/scripts/arm/litert-load.py" "$fp16_model" >"$OUT/a72-litert.txt" 2>&1
+    a72 PYTHONPATH="/opt/da3-edge/site:$REPO" -- python3 -m scripts.arm.litert_load "$fp16_model" >"$OUT/a72-litert.txt" 2>&1
     echo "exit=$?" >>"$OUT/a72-litert.txt"
     set -e
     a76 -- python3 -m edge doctor --models "$models" --json >"$OUT/doctor-a76.json" || true
     a72 -- python3 -m edge doctor --models "$models" --json >"$OUT/doctor-a72.json" || true
     uv run --frozen --no-sync da3-edge doctor --models "$models" --json \
         >"$OUT/doctor-x86_64.json" || true
-    uv run --frozen --no-sync python scripts/arm/compare.py check "$OUT"
+    uv run --frozen --no-sync python -m scripts.arm.compare check "$OUT"
 }
 
 run_installer() {
@@ -241,20 +239,19 @@ run_kernels() {
     for run in "a76 cortex-a76 $configs" "i8mm max,sme=off int8" "sme max int8"; do
         set -- $run
         mkdir -p "$out/$1"
-        LANE_HOST_LIBS=1 a76 -- /usr/local/bin/qemu-aarch64-plugins -cpu "$2" \
+        LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- /usr/local/bin/qemu-aarch64-plugins -cpu "$2" \
             -plugin "$out/kcount.so,out=$out/$1/counts.txt" \
-            /usr/bin/python3 "$REPO/scripts/arm/kernels.py" run "$models" "$out/$1" \
+            /usr/bin/python3 -m scripts.arm.kernels run "$models" "$out/$1" \
             --configs "$3" ${cold:+--cold}
-        uv run --frozen --no-sync python scripts/arm/kernels.py report "$out/$1" --root "$ROOT"
-        uv run --frozen --no-sync python scripts/arm/kernels.py check "$out/$1/report.json" \
+        uv run --frozen --no-sync python -m scripts.arm.kernels report "$out/$1" --root "$ROOT"
+        uv run --frozen --no-sync python -m scripts.arm.kernels check "$out/$1/report.json" \
             --cpu "$1"
     done
 }
 
 run_rss() {
     local models
-    models=$(uv run --frozen --no-sync python -c \
-        'from tests.conftest import build_full_models; print(build_full_models())')
+    models=$(uv run --frozen --no-sync python -m tests.support.models full)
     # qemu's own memory, to read the figures against: a Python that imports numpy and
     # Pillow, natively and emulated.
     local probe='import resource, numpy, PIL.Image; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)'
@@ -263,7 +260,7 @@ run_rss() {
     emulated=$(a76 -- python3 -c "$probe")
     echo "baseline peak RSS (python + numpy + Pillow): x86_64 $((native / 1024)) MiB, cortex-a76 under qemu $((emulated / 1024)) MiB"
     # Run from the checkout (the child snaps import this edge/, not the root's copy).
-    a76 -- /bin/sh -c "cd '$REPO' && exec python3 scripts/startup-breakdown.py --models '$models' \
+    a76 -- /bin/sh -c "cd '$REPO' && exec python3 -m scripts.startup_breakdown --models '$models' \
         --precision fp16,int8 --rounds 1 --fp16-arithmetic --json docs/bench/startup-a76.json \
         --baseline-kib $native,$emulated"
 }

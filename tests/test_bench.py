@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edge import bench
 
-from .conftest import run_cli
+from .support.tools import run_cli
 
 
 def test_bench_json_runtime_env(small_models: Path) -> None:

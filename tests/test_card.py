@@ -20,8 +20,8 @@ import yaml
 
 from edge import card
 
-from . import fat
-from .conftest import ROOT, require_tool, run_cli
+from .support import ROOT, fat
+from .support.tools import require_tool, run_cli
 
 # What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
 # hostname, user with a password hash and an SSH key, locale, Wi-Fi, SSH, its `rpi:`

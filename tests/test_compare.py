@@ -1,4 +1,4 @@
-"""scripts/compare_pytorch.py runs end to end in CI (one round; the numbers in
+"""scripts/compare_pytorch runs end to end in CI (one round; the numbers in
 docs/performance.md come from a longer run on a quiet machine)."""
 
 from __future__ import annotations
@@ -6,59 +6,55 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .conftest import ROOT, load_script
+from scripts.compare_pytorch.peer import read_pfm
+
+from .support import ROOT
 
 pytestmark = pytest.mark.parity
 
 
-def test_compare_pytorch_short(
-    export_env: Path, random_weights: Path, full_models: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "compare.json"
-    proc = subprocess.run(
-        [
-            str(export_env),
-            str(ROOT / "scripts" / "compare_pytorch.py"),
-            "--weights",
-            str(random_weights),
-            "--models",
-            str(full_models),
-            "--rounds",
-            "1",
-            "--daemon-frames",
-            "4",
-            "--daemon-rounds",
-            "2",
-            "--daemon-workers",
-            "1,2",
-            "--serve-rounds",
-            "1",
-            "--before",  # this checkout against itself: the pairing, not a speed-up
-            str(ROOT),
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+Compared = tuple[dict[str, Any], str]  # the JSON, the printed table
+
+
+@pytest.fixture(scope="module")
+def compared(
+    export_env: Path, random_weights: Path, full_models: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Compared:  # fmt: skip
+    """One short run of compare_pytorch, every part of it on: its JSON and its table."""
+    out = tmp_path_factory.mktemp("compare") / "compare.json"
+    argv = [
+        str(export_env), "-m", "scripts.compare_pytorch", "--weights", str(random_weights),
+        "--models", str(full_models), "--rounds", "1", "--daemon-frames", "4",
+        "--daemon-rounds", "2", "--daemon-workers", "1,2", "--serve-rounds", "1",
+        "--before", str(ROOT),  # this checkout against itself: the pairing, not a speed-up
+        "--json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
-    data = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc.stdout
+
+
+EDGE = {"da3-edge", "da3-edge-executorch", "da3-edge-cache-off", "da3-edge-int8"}
+
+
+def test_compare_pytorch_stills(compared: Compared) -> None:
+    data, printed = compared
     assert data["core_shape"] == [378, 504]
     assert data["pytorch_forward_s"] > 0
     assert set(data["core_s"]) == {"fp32", "fp16", "int8"}
-    edge = {"da3-edge", "da3-edge-executorch", "da3-edge-cache-off", "da3-edge-int8"}
-    assert set(data["still_s"]) == {"pytorch", "da3-edge-before", *edge}
+    assert set(data["still_s"]) == {"pytorch", "da3-edge-before", *EDGE}
     for name in data["still_s"]:
         assert data["still_peak_rss_mib"][name] > 50
     assert data["still_ratio"]["pytorch"] == 1.0
     # Every da3-edge still is traced: its model load is reported (and the weight cache's
     # first build apart from the rounds, where it is warm).
-    assert set(data["load_ms"]) == {"da3-edge-before", *edge}
+    assert set(data["load_ms"]) == {"da3-edge-before", *EDGE}
     assert all(v > 0 for v in data["load_ms"].values())
     # ... and its time to the first depth map (decoding, that load, preprocessing, the run)
     assert set(data["to_depth_ms"]) == set(data["load_ms"])
@@ -68,12 +64,16 @@ def test_compare_pytorch_short(
         first = data["weight_cache_first"][precision]
         assert first["load_ms"] > data["load_ms"]["da3-edge"] and first["seconds"] > 0
     assert data["peer"] == {"measured": False, "reason": "no --peer given"}
-    assert "depth-anything.cpp: not measured (no --peer given)" in proc.stdout
+    assert "depth-anything.cpp: not measured (no --peer given)" in printed
     before = data["before"]
     git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
     assert before["revision"] == (git or None) and len(before["ratios"]) == 1
     assert before["median_ratio"] > 0
+
+
+def test_compare_pytorch_stages_and_flops(compared: Compared) -> None:
+    data, _ = compared
     # Both stage backends, 1 thread and all threads, from the runtime env (no torch there).
     assert set(data["stages"]) == {"1", "2"}
     for st in data["stages"].values():
@@ -87,6 +87,10 @@ def test_compare_pytorch_short(
     assert data["gemm_peak_flops_per_s"] > 1e9
     for precision, rate in data["core_flops_per_s"].items():
         assert 0 < rate < 3 * data["gemm_peak_flops_per_s"], (precision, rate)
+
+
+def test_compare_pytorch_daemon(compared: Compared) -> None:
+    data, printed = compared
     daemon = data["daemon"]
     assert daemon["frames"] == 4 and daemon["precision"] == "fp16"
     assert daemon["fps"] > 0 and daemon["ratio_to_core_rate"] > 0
@@ -96,21 +100,28 @@ def test_compare_pytorch_short(
     for r in daemon["rounds"]:
         assert r["ratio_to_core_rate"] == r["fps"] * r["core_s"]
     assert daemon["workers"] == 1 and daemon["threads_per_worker"] == 2
-    serve = data["serve"]  # scripts/bench-serve.py, one paired round
-    assert len(serve["rounds"]) == 1 and serve["median_fps_ratio"] > 0
-    assert 0 < serve["serve_peak_rss_mib"] < 200 and serve["serve_cpu_ms_per_frame"] > 0
-    assert serve["event_delay_ms"]["n"] >= 1 and serve["event_delay_ms"]["p50"] >= 0
-    assert serve["rounds"][0]["with_serve"]["client_errors"] == []
-    publish = data["publish"]  # scripts/bench-publish.py: preview off, then on
-    assert [r["preview"] for r in publish["runs"]] == [False, True]
-    for r in publish["runs"]:
-        assert r["messages"] >= r["frames"] and r["cpu_ms_per_message"] > 0
-        assert r["delay_ms"]["n"] >= 1
     two = data["daemon_workers"]["2"]
     assert two["workers"] == 2 and two["threads_per_worker"] == 1
     assert two["frames"] == 4 and len(two["rounds"]) == 2
     # each round's two daemon runs are measured against the same core timing
     assert [r["core_s"] for r in two["rounds"]] == [r["core_s"] for r in daemon["rounds"]]
+    assert "daemon (fp16, 1 worker(s) x 2 thread(s)" in printed
+
+
+def test_compare_pytorch_serve_and_publish(compared: Compared) -> None:
+    data, printed = compared
+    serve = data["serve"]  # scripts/bench_serve.py, one paired round
+    assert len(serve["rounds"]) == 1 and serve["median_fps_ratio"] > 0
+    assert 0 < serve["serve_peak_rss_mib"] < 200 and serve["serve_cpu_ms_per_frame"] > 0
+    assert serve["event_delay_ms"]["n"] >= 1 and serve["event_delay_ms"]["p50"] >= 0
+    assert serve["rounds"][0]["with_serve"]["client_errors"] == []
+    publish = data["publish"]  # scripts/bench_publish.py: preview off, then on
+    assert [r["preview"] for r in publish["runs"]] == [False, True]
+    for r in publish["runs"]:
+        assert r["messages"] >= r["frames"] and r["cpu_ms_per_message"] > 0
+        assert r["delay_ms"]["n"] >= 1
+    assert "serve: daemon frames/s with serve / alone" in printed
+    assert "publish (preview on)" in printed
 
 
 def test_read_pfm_is_top_down(tmp_path: Path) -> None:
@@ -119,12 +130,11 @@ def test_read_pfm_is_top_down(tmp_path: Path) -> None:
     would compare a map with its mirror image."""
     import numpy as np
 
-    compare = load_script("scripts/compare_pytorch.py", "compare")
     image = np.arange(12, dtype=np.float32).reshape(3, 4)  # row 0 is the top
     for scale, dtype in ((-1.0, "<f4"), (1.0, ">f4")):
         path = tmp_path / "depth.pfm"
         path.write_bytes(b"Pf\n4 3\n%g\n" % scale + image[::-1].astype(dtype).tobytes())
-        np.testing.assert_array_equal(compare.read_pfm(path), image)
+        np.testing.assert_array_equal(read_pfm(path), image)
     path.write_bytes(b"PF\n4 3\n-1\n" + np.zeros(36, "<f4").tobytes())  # colour: refused
     with pytest.raises(SystemExit, match="not a greyscale PFM"):
-        compare.read_pfm(path)
+        read_pfm(path)

@@ -17,7 +17,8 @@ from edge.core import Core, CoreSpec
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 from edge.models import Manifest
 
-from .conftest import SMALL_SHAPE, Plain, normalised_photo
+from .support.models import SMALL_SHAPE, Plain
+from .support.photos import normalised_photo
 
 
 @dataclass

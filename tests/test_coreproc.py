@@ -16,7 +16,8 @@ from edge.core import Core
 from edge.coreproc import ProcessCore
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 
-from .conftest import SMALL_SHAPE, Plain, normalised_photo
+from .support.models import SMALL_SHAPE, Plain
+from .support.photos import normalised_photo
 
 
 @pytest.mark.arm  # the rest is process plumbing in Python: x86_64 (docs/arm.md)

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .conftest import ROOT, run_cli, tmpfs
-from .daemon_harness import DaemonProcess, frame_dirs
+from .support import ROOT
+from .support.daemon import DaemonProcess, frame_dirs
+from .support.tools import run_cli, tmpfs
 
 FILES = {"frame.depth.png", "frame.npz", "frame.preview.png", "frame.json"}
 

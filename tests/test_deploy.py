@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, require_tool, run_cli
+from .support import ROOT
+from .support.tools import require_tool, run_cli
 from .test_systemd_unit import parse_unit
 
 INSTALLER = ROOT / "scripts" / "install-pi.sh"

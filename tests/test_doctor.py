@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_cli, tmpfs
+from .support.tools import run_cli, tmpfs
 
 
 def test_ready_with_models_and_a_writable_store(small_models: Path, tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ from edge.errors import EdgeError, ModelCorrupt
 from edge.etrunner import install
 from edge.models import Manifest, da3_shape
 from edge.stages import bands
-from tests.conftest import ROOT, run_cli
+
+from .support import ROOT
+from .support.tools import run_cli
 
 
 def _python(code: str, *, python: Path | str = sys.executable, env: dict[str, str] | None = None):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, run_cli
+from .support import ROOT
+from .support.tools import run_cli
 
 SCENARIO = """
 import os, sys, warnings

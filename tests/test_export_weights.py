@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_cli
+from .support.tools import run_cli
 
 pytestmark = pytest.mark.export
 

@@ -23,7 +23,8 @@ from edge import config as config_mod
 from edge import images
 from edge.errors import ConfigError, ImageError
 
-from .conftest import photo_path, run_cli
+from .support.photos import photo_path
+from .support.tools import run_cli
 from .test_serve import serving
 from .test_store_trust import store
 

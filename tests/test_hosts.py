@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, require_tool
+from .support import ROOT
+from .support.tools import require_tool
 
 REQ = ROOT / "requirements"
 MAC_DOC = ROOT / "docs" / "how-to" / "macos.md"

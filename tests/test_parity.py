@@ -1,6 +1,6 @@
 """LiteRT artifacts against the reference implementation's own forward.
 
-The oracle (tests/oracle.py) is depth_anything_3's network, built by its
+The oracle (tests/support/oracle.py) is depth_anything_3's network, built by its
 ``create_object`` and run plain fp32 in the export environment; it shares no code
 with ``edge``. Both sides read the same seeded random weights from a release-layout
 folder; the artifacts were converted from it through ``da3-edge export --weights``.
@@ -23,7 +23,8 @@ from edge.core import Core
 from edge.models import DEFAULT_SHAPES, PRECISIONS, Manifest
 from edge.parity import TOLERANCES, compare, metrics
 
-from .conftest import PHOTOS, ROOT, normalised_photo
+from .support import ROOT
+from .support.photos import PHOTOS, normalised_photo
 
 pytestmark = pytest.mark.parity
 
@@ -43,13 +44,15 @@ def oracle(
     proc = subprocess.run(
         [
             str(export_env),
-            str(ROOT / "tests" / "oracle.py"),
+            "-m",
+            "tests.support.oracle",
             str(random_weights),
             str(work / "in.npz"),
             str(work / "out.npz"),
         ],
         capture_output=True,
         text=True,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     with np.load(work / "out.npz") as data:

@@ -13,7 +13,7 @@ from PIL import Image
 from edge.errors import ModelNotFound, ShapeError
 from edge.pipeline import Pipeline, PipelineSpec, nearest_shape
 
-from .conftest import photo_path
+from .support.photos import photo_path
 
 DEFAULTS = [(378, 504), (504, 378), (280, 504), (504, 280)]
 

@@ -28,8 +28,8 @@ import pytest
 
 from edge import procfs
 
-from .broker import Broker, Listener
-from .daemon_harness import Command, DaemonProcess, frame_dirs
+from .support.broker import Broker, Listener
+from .support.daemon import Command, DaemonProcess, frame_dirs
 from .test_daemon import write_config
 
 USER, PASSWORD = "da3edge", "pa55-word"
@@ -352,7 +352,7 @@ def test_a_broker_down_for_15_s_costs_bounded_memory(
 
 
 def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
-    from .conftest import run_cli
+    from .support.tools import run_cli
 
     off = run_cli(["publish", "--store", str(tmp_path)])
     assert off.returncode == 0

@@ -20,13 +20,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from .conftest import ROOT
-from .daemon_harness import Command, DaemonProcess, frame_dirs
+from .support import ROOT
+from .support.daemon import Command, DaemonProcess, frame_dirs
 from .test_daemon import write_config
 
 
@@ -201,7 +202,7 @@ def test_an_empty_or_missing_store_says_so_on_every_endpoint(tmp_path: Path) -> 
 
 
 def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) -> None:
-    from .conftest import run_cli
+    from .support.tools import run_cli
 
     proc = run_cli(["serve", "--host", "0.0.0.0", "--port", "0", "--store", str(tmp_path)])
     assert proc.returncode == 1
@@ -251,7 +252,7 @@ def test_serve_imports_no_numpy_and_no_litert() -> None:
 
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_a_bad_port_is_one_line(port: str, tmp_path: Path) -> None:
-    from .conftest import run_cli
+    from .support.tools import run_cli
 
     proc = run_cli(["serve", "--port", port, "--store", str(tmp_path)])
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
@@ -364,7 +365,7 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
     kept (.cache/tests/artifacts/serve-page.png)."""
     from playwright.sync_api import sync_playwright
 
-    from .conftest import cache_dir
+    from .support.models import cache_dir
 
     chromium = shutil.which("chromium")
     assert chromium, "chromium missing: .ci/run installs it (requirements/apt.txt)"
@@ -379,48 +380,17 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
         try:
             page = browser.new_page(viewport={"width": 412, "height": 915})  # a phone
             page.goto(f"http://127.0.0.1:{s.port}/")
-            seen: list[tuple[str, str]] = []
-            end = time.monotonic() + 30
-            while len({src for _, src in seen}) < 4 and time.monotonic() < end:
-                # Polled from here: the page's CSP (rightly) forbids the eval
-                # that Playwright's wait_for_function would run in it.
-                loaded = page.eval_on_selector("#preview", "e => e.complete && e.naturalWidth > 0")
-                if not loaded:
-                    time.sleep(0.05)
-                    continue
-                seq = page.inner_text("#seq")
-                src = page.eval_on_selector("#preview", "e => e.src")
-                if not seen or seen[-1] != (seq, src):
-                    seen.append((seq, src))
-                time.sleep(0.1)
-            assert len({src for _, src in seen}) >= 4, seen  # the first and 3 changes
+            seen = _previews_change(page, time.monotonic() + 30)
             assert re.match(r"\d+ \(camera \d+\)", seen[-1][0]), seen
             assert "not metres" in page.inner_text(".legend")
             assert page.is_visible("#random")  # the test model is random-init
+            end = time.monotonic() + 30
             while page.inner_text("#fps") == "-" and time.monotonic() < end:
                 time.sleep(0.1)
             assert page.inner_text("#camera") == "ok" and page.inner_text("#daemon") == "running"
             age = float(page.inner_text("#age").removesuffix(" s"))
             assert 0 <= age < 5, age
-            # The view switch: the scene, then both side by side; the image changes.
-            views = {}
-            for view in ("depth", "rgb", "side"):
-                page.click(f"#view-{view}")
-                while time.monotonic() < end + 30:
-                    src = page.eval_on_selector("#preview", "e => e.src")
-                    size = page.eval_on_selector(
-                        "#preview", "e => e.complete ? [e.naturalWidth, e.naturalHeight] : null"
-                    )
-                    if f"view={view}" in src and size and size[0] > 0:
-                        break
-                    time.sleep(0.05)
-                views[view] = (size, page.locator("#preview").screenshot())
-                assert page.get_attribute(f"#view-{view}", "aria-pressed") == "true"
-                assert page.is_hidden("#scale") is (view == "rgb")  # no depth colours
-            print("views:", {v: size for v, (size, _) in views.items()})
-            assert views["depth"][0] == views["rgb"][0] == [320, 240]
-            assert views["side"][0] == [640, 240]  # the scene and the depth, side by side
-            assert views["rgb"][1] != views["depth"][1] != views["side"][1]
+            _the_view_switch(page, time.monotonic() + 60)
             shot = cache_dir() / "artifacts" / "serve-page.png"
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)
@@ -430,6 +400,47 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
     print(f"{len(seen)} states seen, screenshot {shot}")
     with Image.open(shot) as im:
         assert im.size[0] == 412
+
+
+def _previews_change(page: Any, end: float) -> list[tuple[str, str]]:
+    """The (frame number, preview URL) states the page goes through, until the preview
+    has changed three times; polled from here: the page's CSP (rightly) forbids the
+    eval that Playwright's wait_for_function would run in it."""
+    seen: list[tuple[str, str]] = []
+    while len({src for _, src in seen}) < 4 and time.monotonic() < end:
+        loaded = page.eval_on_selector("#preview", "e => e.complete && e.naturalWidth > 0")
+        if not loaded:
+            time.sleep(0.05)
+            continue
+        seq = page.inner_text("#seq")
+        src = page.eval_on_selector("#preview", "e => e.src")
+        if not seen or seen[-1] != (seq, src):
+            seen.append((seq, src))
+        time.sleep(0.1)
+    assert len({src for _, src in seen}) >= 4, seen  # the first and 3 changes
+    return seen
+
+
+def _the_view_switch(page: Any, end: float) -> None:
+    """The scene, then both side by side: each view's image is its own."""
+    views = {}
+    for view in ("depth", "rgb", "side"):
+        page.click(f"#view-{view}")
+        while time.monotonic() < end:
+            src = page.eval_on_selector("#preview", "e => e.src")
+            size = page.eval_on_selector(
+                "#preview", "e => e.complete ? [e.naturalWidth, e.naturalHeight] : null"
+            )
+            if f"view={view}" in src and size and size[0] > 0:
+                break
+            time.sleep(0.05)
+        views[view] = (size, page.locator("#preview").screenshot())
+        assert page.get_attribute(f"#view-{view}", "aria-pressed") == "true"
+        assert page.is_hidden("#scale") is (view == "rgb")  # no depth colours
+    print("views:", {v: size for v, (size, _) in views.items()})
+    assert views["depth"][0] == views["rgb"][0] == [320, 240]
+    assert views["side"][0] == [640, 240]  # the scene and the depth, side by side
+    assert views["rgb"][1] != views["depth"][1] != views["side"][1]
 
 
 def test_sigterm_with_a_stream_open_exits_promptly(tmp_path: Path) -> None:

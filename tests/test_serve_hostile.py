@@ -310,7 +310,7 @@ def secret(tmp_path: Path, name: str, text: str) -> Path:
 def test_weak_credentials_are_refused_at_start(
     tmp_path: Path, kind: str, text: str, message: str
 ) -> None:
-    from .conftest import run_cli
+    from .support.tools import run_cli
 
     path = secret(tmp_path, kind, text)
     key = "token_file" if kind == "token" else "basic_auth_file"
@@ -324,7 +324,7 @@ def test_weak_credentials_are_refused_at_start(
 
 
 def test_a_fifo_as_a_secret_file_does_not_block_the_start(tmp_path: Path) -> None:
-    from .conftest import run_cli
+    from .support.tools import run_cli
 
     fifo = tmp_path / "token"
     os.mkfifo(fifo, 0o600)

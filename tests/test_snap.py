@@ -12,7 +12,8 @@ from PIL import Image
 
 from edge.parity import metrics
 
-from .conftest import run_cli, sized_photos, tmpfs
+from .support.photos import sized_photos
+from .support.tools import run_cli, tmpfs
 
 GOOD = {
     # name: displayed (H, W)

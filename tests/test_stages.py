@@ -1,7 +1,7 @@
 """Stage parity: our preprocessing against DA3's own, on real photographs.
 
 The reference is DA3's ``InputProcessor`` (OpenCV resizing, its two-step rule), run by
-``scripts/reference-preprocess.py`` in the export environment on the same decoded RGB
+``scripts/reference_preprocess.py`` in the export environment on the same decoded RGB
 arrays; the numpy stages never see its code. Tolerance (normalised units): mean
 |d| <= 0.02 and max |d| <= 0.3; the shapes must be identical (DA3's shape rule).
 """
@@ -18,7 +18,8 @@ from edge import images
 from edge.models import da3_shape
 from edge.stages.numpy import NumpyStages
 
-from .conftest import ROOT, STAGE_SIZES, photo_path, sized_photos
+from .support import ROOT
+from .support.photos import STAGE_SIZES, photo_path, sized_photos
 
 pytestmark = pytest.mark.parity
 
@@ -36,12 +37,14 @@ def reference(
     proc = subprocess.run(
         [
             str(export_env),
-            str(ROOT / "scripts" / "reference-preprocess.py"),
+            "-m",
+            "scripts.reference_preprocess",
             str(work / "in.npz"),
             str(work / "out.npz"),
         ],
         capture_output=True,
         text=True,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with np.load(work / "out.npz") as out:
@@ -73,9 +76,9 @@ def sized_reference(
     work = tmp_path_factory.mktemp("preprocess-sizes")
     arrays = sized_photos()
     np.savez(work / "in.npz", **arrays)
-    script = ROOT / "scripts" / "reference-preprocess.py"
-    cmd = [str(export_env), str(script), str(work / "in.npz"), str(work / "out.npz")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    module = "scripts.reference_preprocess"
+    cmd = [str(export_env), "-m", module, str(work / "in.npz"), str(work / "out.npz")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with np.load(work / "out.npz") as out:
         return {k: (arrays[k], out[k]) for k in out.files}

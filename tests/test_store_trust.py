@@ -25,7 +25,8 @@ import pytest
 from edge.config import MqttConfig
 from edge.publish import Publisher
 
-from .conftest import ROOT, run_cli
+from .support import ROOT
+from .support.tools import run_cli
 from .test_serve import serving
 
 SECRET = b"the service user's private key: -----BEGIN PRIVATE KEY----- 42"

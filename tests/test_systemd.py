@@ -15,7 +15,7 @@ import pytest
 
 from edge.systemd import Notifier
 
-from .conftest import ROOT
+from .support import ROOT
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The real units under a real systemd: READY, frames, a watchdog restart, reload, stop;
 serve beside the daemon.
 
-Boots Debian bookworm with systemd-nspawn (see tests/container.py), installs the
+Boots Debian bookworm with systemd-nspawn (see tests/support/container.py), installs the
 unmodified systemd/da3-edge.service plus one drop-in that shortens WatchdogSec to 6 s
 (30 s in the shipped unit) so the restart is seen in seconds, and drives it with
 systemctl from inside. Needs root, mmdebstrap and systemd-container (on
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import skip_or_fail
-from .container import Container
+from .support.container import Container
+from .support.tools import skip_or_fail
 
 pytestmark = pytest.mark.container
 
@@ -56,7 +56,18 @@ def _frames(box: Container) -> list[str]:
 
 
 def test_unit_lifecycle(container: Container) -> None:
+    """The unit as systemd runs it, one step after the other on the same container:
+    started (READY, frames, STATUS, its cache), a hung camera restarted by the watchdog,
+    healed, reloaded, stopped clean."""
     box = container
+    _starts(box)
+    _the_watchdog_restarts_a_hung_daemon(box)
+    _a_healed_camera_runs_clean(box)
+    _a_reload_applies_the_config(box)
+    _a_stop_is_clean(box)
+
+
+def _starts(box: Container) -> None:
     start = box.sh("systemctl start da3-edge")
     assert start.returncode == 0, (
         start.stderr + box.sh("journalctl -u da3-edge --no-pager -n 30").stdout
@@ -82,6 +93,8 @@ def test_unit_lifecycle(container: Container) -> None:
     assert lines[0] == "da3-edge 700 /var/cache/da3-edge/daemon", cache.stdout + cache.stderr
     assert lines[1].startswith("da3-edge 600 /var/cache/da3-edge/daemon/xnnpack/da3-small_")
 
+
+def _the_watchdog_restarts_a_hung_daemon(box: Container) -> None:
     # Inject a hang: the camera script now hangs after three frames. The reload applies
     # it (ExecReload sends SIGHUP); the watchdog must then kill and restart the daemon.
     box.sh("sed -i 's/^source = .*/source = \"fake:ok*3,hang:600\"/' /etc/da3-edge/da3-edge.toml")
@@ -96,6 +109,8 @@ def test_unit_lifecycle(container: Container) -> None:
     assert "thread capture made no progress" in journal
     # (NRestarts is read here: `systemctl stop` would reset it.)
 
+
+def _a_healed_camera_runs_clean(box: Container) -> None:
     # Heal the camera: the restarted daemon may still hang once more on the old script;
     # the first start after the fix runs clean.
     started = "running: store /run/da3-edge, source fake\n"
@@ -112,6 +127,8 @@ def test_unit_lifecycle(container: Container) -> None:
     )
     assert box.show("ActiveState")["ActiveState"] == "active"
 
+
+def _a_reload_applies_the_config(box: Container) -> None:
     # A plain reload: the daemon re-reads its config and says READY again.
     box.sh("sed -i 's/^keep_frames = .*/keep_frames = 7/' /etc/da3-edge/da3-edge.toml")
     reload = box.sh("systemctl reload da3-edge")
@@ -127,6 +144,8 @@ def test_unit_lifecycle(container: Container) -> None:
     box.wait(lambda: len(_frames(box)) <= 7, 20, "keep_frames = 7 in force")
     assert box.show("ActiveState")["ActiveState"] == "active"
 
+
+def _a_stop_is_clean(box: Container) -> None:
     # A clean stop: exit 0, Result=success, the store (a RuntimeDirectory) removed.
     stop = box.sh("systemctl stop da3-edge")
     assert stop.returncode == 0
@@ -236,7 +255,7 @@ def test_publish_unit_under_systemd(container: Container, tmp_path: Path) -> Non
     reaching a real mosquitto on the host: states arrive, and a stop says offline."""
     import json
 
-    from .broker import Broker, Listener
+    from .support.broker import Broker, Listener
 
     box = container
     (tmp_path / "broker").mkdir()

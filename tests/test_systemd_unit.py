@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, require_tool, skip_or_fail
+from .support import ROOT
+from .support.tools import require_tool, skip_or_fail
 
 UNIT = ROOT / "systemd" / "da3-edge.service"
 SERVE_UNIT = ROOT / "systemd" / "da3-edge-serve.service"

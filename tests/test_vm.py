@@ -1,4 +1,4 @@
-"""One card, two boots: a Debian trixie VM (tests/vm.py) stands in for a Raspberry Pi OS
+"""One card, two boots: a Debian trixie VM (tests/support/vm.py) stands in for a Raspberry Pi OS
 card, from its first boot to its camera.
 
 Boot 1 is the first boot for real, from a card ``da3-edge card`` prepared: a FAT boot
@@ -24,7 +24,7 @@ each checked against the photo:
 - unmodified picamera2 from PyPI (where a Pi's apt would put python3-picamera2) under
   da3-edge's picamera2 source, in the installed venv: open, more frames than it has
   buffers, close within its bound, reopen; RGB channel order and orientation. Where
-  picamera2 refuses a non-Pi, test set-up patches it (tests/vm_picamera2, each patch
+  picamera2 refuses a non-Pi, test set-up patches it (tests/support/vm_picamera2, each patch
   naming the line);
 - the installed daemon, ``source = "picamera2:0"``, under the unit the installer put in
   place: frames written, the final status.json's accounting exact, and the depth the
@@ -54,8 +54,8 @@ from PIL import Image, ImageDraw
 
 from edge.pipeline import Pipeline, PipelineSpec
 
-from . import fat, vm
-from .conftest import run_cli
+from .support import fat, vm
+from .support.tools import run_cli
 
 pytestmark = pytest.mark.vm
 
@@ -221,17 +221,18 @@ libcamera() {
     echo "heaps: $(ls /dev/dma_heap) udmabuf: $(ls /dev/udmabuf)"
     uname -r
     cam --list
-    python3 /job/capture.py
+    python3 /opt/src/tests/support/vm_guest/capture.py @W@ @H@
 }
 
 source() {
-    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 $PY /job/source.py "$@"
+    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 $PY /opt/src/tests/support/vm_guest/source.py \
+        @W@ @H@ @SMALL@ "$@"
 }
 
 part nocamera source none  # before the virtual camera exists: what a Pi without one says
 virtual_camera
 part libcamera libcamera
-part source source
+part source source open
 part wrongindex source index1  # a Pi 5's second connector, empty here
 part controls source controls
 part small source small
@@ -239,55 +240,6 @@ part cpu source cpu
 """
     + f"part daemon daemon {DAEMON_FRAMES} {DAEMON_WAIT_S}\n"
 )
-# libcamera's own Python bindings, as picamera2 uses them: configure, allocate, queue,
-# wait on the event fd, map each plane's dma-buf. (``cam --file`` writes empty files
-# here: libcamera 0.4's virtual camera leaves the metadata's bytesused at 0, and cam
-# writes that many bytes.)
-CAPTURE = f"""
-import mmap, selectors
-import libcamera as lc
-
-cm = lc.CameraManager.singleton()
-cam = cm.cameras[0]
-cam.acquire()
-cfg = cam.generate_configuration([lc.StreamRole.Viewfinder])
-sc = cfg.at(0)
-sc.size = lc.Size({W}, {H})
-sc.pixel_format = lc.PixelFormat("NV12")
-print("validate:", cfg.validate())
-cam.configure(cfg)
-print("configured:", sc, "stride", sc.stride)
-alloc = lc.FrameBufferAllocator(cam)
-alloc.allocate(sc.stream)
-requests = []
-for buf in alloc.buffers(sc.stream):
-    req = cam.create_request()
-    req.add_buffer(sc.stream, buf)
-    requests.append(req)
-cam.start()
-for req in requests:
-    cam.queue_request(req)
-sel = selectors.DefaultSelector()
-sel.register(cm.event_fd, selectors.EVENT_READ)
-got = 0
-while got < 3:
-    sel.select(timeout=10)
-    for req in cm.get_ready_requests():
-        buf = req.buffers[sc.stream]
-        data = b""
-        for p in buf.planes:
-            with mmap.mmap(p.fd, p.offset + p.length, mmap.MAP_SHARED, mmap.PROT_READ) as m:
-                data += m[p.offset : p.offset + p.length]
-        with open(f"/job/frames/{{got}}.bin", "wb") as f:
-            f.write(data)
-        print("frame", got, "planes", [p.length for p in buf.planes], buf.metadata.status)
-        got += 1
-        req.reuse()
-        cam.queue_request(req)
-cam.stop()
-cam.release()
-print("captured", got)
-"""
 
 
 def photo() -> Image.Image:
@@ -304,91 +256,6 @@ def photo() -> Image.Image:
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(a.ravel().astype(np.float64), b.ravel().astype(np.float64))[0, 1])
-
-
-# Unmodified picamera2 through da3-edge's source: open, ten frames (more than its four
-# buffers: every request must be released), close, and again.
-SOURCE = """
-import json, sys, time
-import numpy as np
-from edge.errors import CameraError
-from edge.camera.picamera2 import Picamera2Source
-if sys.argv[1:] == ["controls"]:  # flip, autofocus, a frame-rate cap
-    from edge.camera import Controls
-    src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
-    src.controls = Controls(hflip=True, af="continuous", fps=5.0)
-    with src:
-        frames = [src.read(5.0) for _ in range(12)]
-    print("applied:", json.dumps(src.applied, sort_keys=True))
-    ts = [f.sensor_ts for f in frames]
-    print(f"mean rate: {(len(ts) - 1) / (ts[-1] - ts[0]):.3f}")
-    for line in src.refused:
-        print("refused:", line)
-    np.save("/job/frames/controls.npy", frames[-1].rgb)
-    sys.exit(0)
-if sys.argv[1:] == ["small"]:  # a second, scaled stream (libcamera scales it here; a Pi's ISP)
-    from edge.camera import Streams
-    src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
-    src.streams = Streams(small=_SMALL_, full=True)
-    with src:
-        frames = [src.read(5.0) for _ in range(3)]
-        print("colour_space:", src._cam.camera_configuration().get("colour_space"))
-    f = frames[-1]
-    print("applied:", json.dumps(src.applied, sort_keys=True))
-    print(f"small {f.rgb.shape} camera_size {f.camera_size} full {f.full.shape}")
-    for line in src.refused:
-        print("refused:", line)
-    np.save("/job/frames/small.npy", f.rgb)
-    np.save("/job/frames/full.npy", f.full)
-    sys.exit(0)
-if sys.argv[1:] == ["cpu"]:  # capture CPU per frame: the full picture, the small stream, both
-    from edge.camera import Streams
-    kinds = {"full": Streams(), "small": Streams(small=_SMALL_, full=False),
-             "small+full": Streams(small=_SMALL_, full=True)}
-    n, got = 12, {k: [] for k in kinds}
-    for rnd in range(2):  # the order reversed in the second round
-        for name in list(kinds)[::1 if rnd == 0 else -1]:
-            src = Picamera2Source(width=_W_, height=_H_, timeout=10.0)
-            src.streams = kinds[name]
-            with src:
-                for _ in range(3):
-                    src.read(10.0)
-                t, p = time.thread_time(), time.process_time()
-                for _ in range(n):
-                    src.read(10.0)
-                got[name].append(((time.thread_time() - t) / n, (time.process_time() - p) / n))
-    for name, v in got.items():
-        print(f"cpu {name}: read() {1000 * min(x[0] for x in v):.1f} ms, "
-              f"process {1000 * min(x[1] for x in v):.1f} ms per frame")
-    sys.exit(0)
-if sys.argv[1:] == ["index1"]:  # one camera (0): camera 1 is refused, naming camera 0
-    try:
-        Picamera2Source(index=1, width=_W_, height=_H_, timeout=5.0).open()
-    except CameraError as e:
-        print(f"index 1: CameraError: {e}")
-        sys.exit(0)
-    sys.exit("index 1: opened a camera that is not there")
-if sys.argv[1:] == ["none"]:  # no camera yet: each open fails in one line, twice alike
-    for run in range(2):
-        try:
-            Picamera2Source(width=_W_, height=_H_, timeout=5.0).open()
-        except CameraError as e:
-            print(f"open {run}: CameraError: {e}")
-        else:
-            sys.exit(f"open {run}: opened a camera that is not there")
-    sys.exit(0)
-for run in range(2):
-    src = Picamera2Source(width=_W_, height=_H_, timeout=5.0)
-    t = time.monotonic()
-    src.open()
-    print(f"run {run}: open {time.monotonic() - t:.2f} s", flush=True)
-    frames = [src.read(5.0) for _ in range(10)]
-    print(f"run {run}: seq {[f.seq for f in frames]} shape {frames[-1].rgb.shape}", flush=True)
-    np.save(f"/job/frames/rgb{run}.npy", frames[-1].rgb)
-    t = time.monotonic()
-    src.close()
-    print(f"run {run}: closed in {time.monotonic() - t:.2f} s (bound {src.timeout + 3:g} s)")
-""".replace("_W_", str(W)).replace("_H_", str(H))
 
 
 def fp16_models(models: Path, out: Path) -> Path:
@@ -442,12 +309,12 @@ def boots(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[
     photo().save(buf, "JPEG", quality=95)
     small = small_stream(small_models)
     camera_files = vm.camera_job(buf.getvalue(), W, H, small_models)
-    source = SOURCE.replace("_SMALL_", repr(small))
-    camera_files |= {"capture.py": CAPTURE.encode(), "source.py": source.encode()}
+    camera = CAMERA.replace("@W@", str(W)).replace("@H@", str(H))
+    camera = camera.replace("@SMALL@", f"{small[0]}x{small[1]}")
     results = []
     for n in (1, 2):
         result = vm.run(
-            check(n) + (CAMERA if n == 2 else ""),
+            check(n) + (camera if n == 2 else ""),
             camera_files if n == 2 else None,
             timeout=INSTALL_S + FRAME_WAIT_S + 300 if n == 1 else UP_WAIT_S + DAEMON_WAIT_S + 600,
             memory_mib=2048,
@@ -689,7 +556,7 @@ def test_libcamera_virtual_camera_captures_the_photo(boots: list[vm.Result]) -> 
 
 def test_picamera2_source_on_the_virtual_camera(boots: list[vm.Result]) -> None:
     """Unmodified picamera2 (patched in test set-up only, where it refuses a non-Pi:
-    tests/vm_picamera2) and da3-edge's source, converting the NV12 libcamera gives."""
+    tests/support/vm_picamera2) and da3-edge's source, converting the NV12 libcamera gives."""
     out = part(boots[1], "source")
     assert "vm shim: picamera2 patched" in out  # the set-up's patches were the ones used
     assert "configuring streams: (0) 640x480-NV12" in out  # RGB888 asked, NV12 given

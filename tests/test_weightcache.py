@@ -20,7 +20,9 @@ from edge import weightcache
 from edge.core import Core
 from edge.models import Manifest
 
-from .conftest import SMALL_SHAPE, normalised_photo, photo_path, run_cli
+from .support.models import SMALL_SHAPE
+from .support.photos import normalised_photo, photo_path
+from .support.tools import run_cli
 
 
 @pytest.fixture

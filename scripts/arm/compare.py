@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The aarch64 lane's checks: x86_64 against emulated Cortex-A76 outputs, the fp16 proof.
 
-    python scripts/arm/compare.py photos DIR   # the lane's input photos (real, small)
-    python scripts/arm/compare.py stages MODELS OUT.npz   # the ExecuTorch stages, seeded inputs
-    python scripts/arm/compare.py check OUT    # compare the snap outputs under OUT
+    python -m scripts.arm.compare photos DIR   # the lane's input photos (real, small)
+    python -m scripts.arm.compare stages MODELS OUT.npz   # the ExecuTorch stages, seeded inputs
+    python -m scripts.arm.compare check OUT    # compare the snap outputs under OUT
 
 ``check`` reads what scripts/arm-lane.sh wrote (`da3-edge snap` outputs, one directory
 per run: x86_64-<p>, a76-<p>, a76-fp16-policy-off; a72-*.txt; doctor-*.json), prints
@@ -33,10 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from edge import parity  # noqa: E402
+from edge import parity
 
 # One real photo: every kernel runs on every photo, so a second one only repeats the
 # comparison (measured on two, 2026-12-03: their worst-case numbers agreed to within
@@ -46,7 +43,11 @@ PHOTO_SIZE = (364, 280)  # (w, h): twice the small test model's 182x140
 # Same artifact, different CPU (XNNPACK picks other micro-kernels): per precision,
 # (min Pearson, max rel-L2). int8 quantises activations at run time; its rounding may
 # differ per kernel, so it gets int8's own limit.
-ARCH = {"fp32": (0.99999, 1e-4), "fp16": (0.9999, 5e-3), "int8": (0.99, None)}
+ARCH: dict[str, tuple[float, float | None]] = {
+    "fp32": (0.99999, 1e-4),
+    "fp16": (0.9999, 5e-3),
+    "int8": (0.99, None),
+}
 FP16_VS_FP32 = 0.999  # the issue's bar for fp16 arithmetic against the fp32 reference
 STAGES_MAX_ABS = 1e-4  # ExecuTorch stage outputs, x86_64 vs cortex-a76 (normalised / depth units)
 STAGE_SHAPE = (140, 182)  # the small test model's
@@ -71,7 +72,7 @@ def run_stages(models: Path, out: Path) -> None:
     depth, conf = (rng.random(STAGE_SHAPE, dtype=np.float32) + 0.5 for _ in range(2))
     axes = bands.post_plan(STAGE_SHAPE, (280, 364))
     results["post_280x364"] = post.run(bands.post_inputs(depth, conf, axes))[0]
-    np.savez(out, **results)
+    np.savez(out, **results)  # type: ignore[arg-type]
 
 
 def make_photos(out: Path) -> None:
@@ -95,68 +96,82 @@ def load(run: Path) -> dict[str, tuple[np.ndarray, dict[str, object]]]:
     return out
 
 
-def check(out: Path) -> int:
-    names = [f"{arch}-{p}" for arch in ("x86_64", "a76") for p in ARCH] + ["a76-fp16-policy-off"]
-    names += ["x86_64-fp32-executorch", "a76-fp32-executorch"]
-    runs = {name: load(out / name) for name in names}
-    rows: list[dict[str, object]] = []
-    failures: list[str] = []
+Runs = dict[str, dict[str, tuple[np.ndarray, dict[str, object]]]]  # run -> photo -> depth, meta
 
-    def record(what: str, ok: bool, **numbers: object) -> None:
-        rows.append({"check": what, "ok": ok, **numbers})
+
+class Report:
+    """The checks' rows (report.json) and which failed."""
+
+    def __init__(self, runs: Runs) -> None:
+        self.runs = runs
+        self.rows: list[dict[str, object]] = []
+        self.failures: list[str] = []
+
+    def record(self, what: str, ok: bool, **numbers: object) -> None:
+        self.rows.append({"check": what, "ok": ok, **numbers})
         if not ok:
-            failures.append(what)
+            self.failures.append(what)
 
-    def worst(a: str, b: str) -> dict[str, float]:
-        per = [parity.metrics(runs[a][s][0], runs[b][s][0]) for s in runs[a]]
+    def worst(self, a: str, b: str) -> dict[str, float]:
+        """The worst agreement over the photos between runs ``a`` and ``b``."""
+        per = [parity.metrics(self.runs[a][s][0], self.runs[b][s][0]) for s in self.runs[a]]
         return {
             "pearson": min(m["pearson"] for m in per),
             "rel_l2": max(m["rel_l2"] for m in per),
             "max_abs": max(m["max_abs"] for m in per),
         }
 
-    # Same artifact, same arithmetic, other CPU. (fp16 with the A76's default policy
-    # computes in fp16, x86_64 in fp32: that pair is the fp16 proof below; like for
-    # like is the A76 run with the policy off.)
+    def flags(self, run: str, key: str) -> set[object]:
+        return {meta[key] for _, meta in self.runs[run].values()}
+
+
+def check_arithmetic(report: Report) -> None:
+    """Same artifact, same arithmetic, other CPU; then the fp16 policy's proof. (fp16
+    with the A76's default policy computes in fp16, x86_64 in fp32: like for like is
+    the A76 run with the policy off.)"""
     pairs = [("fp32", "a76-fp32"), ("fp16", "a76-fp16-policy-off"), ("int8", "a76-int8")]
     for p, run in pairs:
         min_r, max_rel = ARCH[p]
-        m = worst(f"x86_64-{p}", run)
+        m = report.worst(f"x86_64-{p}", run)
         ok = m["pearson"] >= min_r and (max_rel is None or m["rel_l2"] <= max_rel)
-        record(f"{p}: cortex-a76 ({run}) vs x86_64, same arithmetic", ok, **m)
-
-    def flag(run: str) -> set[object]:
-        return {meta["fp16_arithmetic"] for _, meta in runs[run].values()}
-
-    record("fp16 arithmetic on for a76-fp16 (JSON)", flag("a76-fp16") == {True})
-    record(
-        "fp16 arithmetic off for a76-fp16-policy-off (JSON)", flag("a76-fp16-policy-off") == {False}
+        report.record(f"{p}: cortex-a76 ({run}) vs x86_64, same arithmetic", ok, **m)
+    flag = report.flags
+    report.record(
+        "fp16 arithmetic on for a76-fp16 (JSON)", flag("a76-fp16", "fp16_arithmetic") == {True}
     )
-    record("fp16 arithmetic off on x86_64 (JSON)", flag("x86_64-fp16") == {False})
-    on_off = worst("a76-fp16-policy-off", "a76-fp16")
-    record(
-        "fp16 policy on vs off: outputs differ (FORCE_FP16 engaged)",
-        on_off["max_abs"] > 0,
-        **on_off,
+    off = flag("a76-fp16-policy-off", "fp16_arithmetic") == {False}
+    report.record("fp16 arithmetic off for a76-fp16-policy-off (JSON)", off)
+    report.record(
+        "fp16 arithmetic off on x86_64 (JSON)", flag("x86_64-fp16", "fp16_arithmetic") == {False}
     )
+    on_off = report.worst("a76-fp16-policy-off", "a76-fp16")
+    what = "fp16 policy on vs off: outputs differ (FORCE_FP16 engaged)"
+    report.record(what, on_off["max_abs"] > 0, **on_off)
     for run in ("a76-fp16", "a76-fp16-policy-off"):
-        m = worst("x86_64-fp32", run)
-        ok = m["pearson"] >= FP16_VS_FP32
-        record(f"{run} vs x86_64 fp32: Pearson >= {FP16_VS_FP32}", ok, **m)
+        m = report.worst("x86_64-fp32", run)
+        report.record(
+            f"{run} vs x86_64 fp32: Pearson >= {FP16_VS_FP32}", m["pearson"] >= FP16_VS_FP32, **m
+        )
 
+
+def check_a72(report: Report, out: Path) -> None:
+    """A Pi 4: LiteRT dies with SIGILL; da3-edge says why in one line instead."""
     litert = (out / "a72-litert.txt").read_text(errors="replace")
-    record(
+    report.record(
         "cortex-a72: LiteRT itself dies with SIGILL (no LSE atomics)",
         "exit=132" in litert and "lse enabled" in litert,
         detail=[ln for ln in litert.splitlines() if "FATAL" in ln or "exit=" in ln],
     )
     snap = (out / "a72-snap.txt").read_text(errors="replace")
-    record(
+    report.record(
         "cortex-a72: da3-edge snap says why in one line, exit 1",
         "exit=1" in snap and "lacks Armv8.1 atomics (LSE)" in snap,
         detail=[ln for ln in snap.splitlines() if "LSE" in ln][:1],
     )
 
+
+def check_doctor(report: Report, out: Path) -> None:
+    """``doctor --json`` on each CPU names it, its fp16 policy and its kernels."""
     cpus = (("a76", "Cortex-A76", "on", True), ("a72", "Cortex-A72", "off", False))
     for cpu, model, fp16, usable in cpus:
         doctor = json.loads((out / f"doctor-{cpu}.json").read_text())
@@ -180,26 +195,38 @@ def check(out: Path) -> int:
             and doctor["ok"] == usable
         )
         verdict = "LiteRT and models ok" if usable else "LiteRT blocked, not ok"
-        record(f"doctor on {cpu}: {model}, fp16 {fp16}, {verdict}", ok, detail=detail)
+        report.record(f"doctor on {cpu}: {model}, fp16 {fp16}, {verdict}", ok, detail=detail)
 
+
+def check_stages(report: Report, out: Path) -> None:
+    """The ExecuTorch stages alone, then a still through them, on both CPUs."""
     with np.load(out / "stages-x86_64.npz") as a, np.load(out / "stages-a76.npz") as b:
         diffs = {k: float(np.abs(a[k] - b[k]).max()) for k in a.files}
-    record(
+    report.record(
         f"executorch stages: cortex-a76 vs x86_64, max |d| <= {STAGES_MAX_ABS}",
         set(diffs) == {"pre_280x364", "pre_97x131", "post_280x364"}
         and max(diffs.values()) <= STAGES_MAX_ABS,
         **{f"max_abs {k}": v for k, v in diffs.items()},
     )
-    m = worst("x86_64-fp32-executorch", "a76-fp32-executorch")
+    m = report.worst("x86_64-fp32-executorch", "a76-fp32-executorch")
     min_r, max_rel = ARCH["fp32"]
+    assert max_rel is not None
     ok = m["pearson"] >= min_r and m["rel_l2"] <= max_rel
-    ok = ok and {meta["stages"] for _, meta in runs["a76-fp32-executorch"].values()} == {
-        "executorch"
-    }
-    record("snap --stages executorch: cortex-a76 vs x86_64 (fp32)", ok, **m)
+    ok = ok and report.flags("a76-fp32-executorch", "stages") == {"executorch"}
+    report.record("snap --stages executorch: cortex-a76 vs x86_64 (fp32)", ok, **m)
 
-    (out / "report.json").write_text(json.dumps(rows, indent=2) + "\n")
-    for row in rows:
+
+def check(out: Path) -> int:
+    """Every check on the snap outputs under ``out``: report.json, a line each."""
+    names = [f"{arch}-{p}" for arch in ("x86_64", "a76") for p in ARCH] + ["a76-fp16-policy-off"]
+    names += ["x86_64-fp32-executorch", "a76-fp32-executorch"]
+    report = Report({name: load(out / name) for name in names})
+    check_arithmetic(report)
+    check_a72(report, out)
+    check_doctor(report, out)
+    check_stages(report, out)
+    (out / "report.json").write_text(json.dumps(report.rows, indent=2) + "\n")
+    for row in report.rows:
         numbers = ", ".join(
             f"{k} {v:.7f}" if isinstance(v, float) else f"{k}: {v}"
             for k, v in row.items()
@@ -209,10 +236,10 @@ def check(out: Path) -> int:
             f"{'ok  ' if row['ok'] else 'FAIL'} {row['check']}"
             + (f"  [{numbers}]" if numbers else "")
         )
-    if failures:
-        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+    if report.failures:
+        print(f"{len(report.failures)} check(s) failed", file=sys.stderr)
         return 1
-    print(f"all {len(rows)} checks passed ({', '.join(PHOTOS)})")
+    print(f"all {len(report.rows)} checks passed ({', '.join(PHOTOS)})")
     return 0
 
 

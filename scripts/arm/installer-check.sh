@@ -78,9 +78,9 @@ if [ "${1:-}" = --inner ]; then
         echo "--- exit $rc after $((SECONDS - start)) s (emulated)"
         return $rc
     }
-    # The whole file system but the mounts (scripts/arm/tree-diff.py), to compare before the
+    # The whole file system but the mounts (scripts/arm/tree_diff.py), to compare before the
     # first install and after the purge.
-    whole_tree() { python3 "$SNAP/scripts/arm/tree-diff.py" list "$ROOT"; }
+    whole_tree() { python3 "$SNAP/scripts/arm/tree_diff.py" list "$ROOT"; }
     snapshot() {  # content, owner, mode and link target of everything the installer owns
         (
             cd "$ROOT"
@@ -258,7 +258,7 @@ if [ "${1:-}" = --inner ]; then
         -a -f "$ROOT/var/lib/da3-edge/models/manifest.json"
     install_run purge --uninstall --purge || bad "--uninstall --purge: exit non-zero"
     whole_tree >"$WORK/purged.tree"
-    python3 "$SNAP/scripts/arm/tree-diff.py" leftovers "$WORK/before.tree" "$WORK/purged.tree" \
+    python3 "$SNAP/scripts/arm/tree_diff.py" leftovers "$WORK/before.tree" "$WORK/purged.tree" \
         >"$WORK/leftovers.txt"
     head -n 40 "$WORK/leftovers.txt" | sed 's/^/  | /'
     check "--purge: no file or account of da3-edge left, none in root's caches" \
@@ -270,7 +270,7 @@ if [ "${1:-}" = --inner ]; then
     RUN_IN=/src install_run again --models /mnt/models || bad "install after a purge: exit non-zero"
     install_run purge2 --uninstall --purge || bad "--uninstall --purge again: exit non-zero"
     whole_tree >"$WORK/purged2.tree"
-    python3 "$SNAP/scripts/arm/tree-diff.py" diff "$WORK/purged.tree" "$WORK/purged2.tree" \
+    python3 "$SNAP/scripts/arm/tree_diff.py" diff "$WORK/purged.tree" "$WORK/purged2.tree" \
         >"$WORK/purge.diff"
     head -n 40 "$WORK/purge.diff" | sed 's/^/  | /'
     check "install then --uninstall --purge: the tree as before the install ($(wc -l <"$WORK/purged2.tree") paths compared)" \

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Which micro-kernels one forward runs on the emulated Cortex-A76, per precision.
 
-    python3 kernels.py run MODELS OUT [--configs fp32,fp16,int8,stages]   # in the arm64 root,
+    python -m scripts.arm.kernels run MODELS OUT [--configs fp32,fp16,int8,stages]   # in the arm64 root,
                      # under qemu-aarch64 -plugin kcount.so,out=OUT/counts.txt (arm-lane.sh)
-    python kernels.py report OUT... --root ROOT [--json FILE]   # on the host: name the code
-    python kernels.py check FILE [--cpu a76|i8mm|sme]   # the lane's rule: int8 reaches KleidiAI
-    python kernels.py table FILE         # the markdown table docs/arm.md carries
+    python -m scripts.arm.kernels report OUT... --root ROOT [--json FILE]   # on the host: name the code
+    python -m scripts.arm.kernels check FILE [--cpu a76|i8mm|sme]   # the lane's rule: int8 reaches KleidiAI
+    python -m scripts.arm.kernels table FILE         # the markdown table docs/arm.md carries
 
 ``run`` opens each core the way da3-edge does (``edge.core.Core``, one thread), runs
 one forward to warm it, then one more between two markers that scripts/arm/kcount.c
@@ -49,7 +49,6 @@ def marker(n: int) -> None:
 def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
     import numpy as np
 
-    from edge.core import Core, CoreSpec
     from edge.models import Manifest
 
     out.mkdir(parents=True, exist_ok=True)
@@ -71,33 +70,8 @@ def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
     for config in configs:
         if config == "stages":
             measure_stages(manifest, measure, rng)
-            continue
-        precision = config.split("-")[0]
-        # The smallest shape: the small test model's one, or for the full-size models
-        # 280x504, a 1280x720 camera frame's (the daemon's default).
-        artifact = min(
-            (a for a in manifest.cores() if a.precision == precision), key=lambda a: a.shape
-        )
-        core = Core(
-            CoreSpec(
-                manifest.verify(artifact),
-                threads=1,
-                fp16_arithmetic=(config == "fp16"),
-                precision=artifact.precision,
-                shape=artifact.shape,
-            )
-        )
-        image = rng.standard_normal(core.input_shape).astype(np.float32)
-        measure(
-            config,
-            lambda core=core, image=image: core.run(image),
-            precision=precision,
-            fp16_arithmetic=core.fp16_arithmetic,
-            shape=list(artifact.shape),
-            model=artifact.file,
-            random_init=artifact.random_init,
-        )
-        core.close()
+        else:
+            measure_core(manifest, measure, rng, config)
     (out / "maps.txt").write_text(Path("/proc/self/maps").read_text())
     (out / "segments.json").write_text(json.dumps(segments, indent=1) + "\n")
     text = counts.read_text() if counts.exists() else ""
@@ -108,6 +82,36 @@ def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
             "run under qemu-aarch64 -plugin kcount.so,out=... (scripts/arm-lane.sh kernels)"
         )
     print(f"kernels.py: {len(segments)} segments counted in {counts}")
+
+
+def measure_core(manifest: Any, measure: Any, rng: Any, config: str) -> None:
+    """One forward of the core of ``config`` (fp32, fp16, fp16-off, int8), one thread."""
+    from edge.core import Core, CoreSpec
+
+    precision = config.split("-")[0]
+    # The smallest shape: the small test model's one, or for the full-size models
+    # 280x504, a 1280x720 camera frame's (the daemon's default).
+    artifact = min((a for a in manifest.cores() if a.precision == precision), key=lambda a: a.shape)
+    core = Core(
+        CoreSpec(
+            manifest.verify(artifact),
+            threads=1,
+            fp16_arithmetic=(config == "fp16"),
+            precision=artifact.precision,
+            shape=artifact.shape,
+        )
+    )
+    image = rng.standard_normal(core.input_shape).astype("float32")
+    measure(
+        config,
+        lambda: core.run(image),
+        precision=precision,
+        fp16_arithmetic=core.fp16_arithmetic,
+        shape=list(artifact.shape),
+        model=artifact.file,
+        random_init=artifact.random_init,
+    )
+    core.close()
 
 
 def measure_stages(manifest: Any, measure: Any, rng: Any) -> None:
@@ -164,7 +168,7 @@ class Elf:
         # .symtab (every function, local ones too) where the file keeps it, else .dynsym.
         kinds = {s[1] for s in sections}
         want = 2 if 2 in kinds else 11
-        symbols = {}
+        symbols: dict[int, tuple[int, int, str]] = {}
         for s in sections:
             if s[1] != want:
                 continue
@@ -443,5 +447,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.exit(main(sys.argv[1:]))

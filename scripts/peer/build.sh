@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build depth-anything.cpp's da3-cli (the C++/ggml peer that scripts/compare_pytorch.py
+# Build depth-anything.cpp's da3-cli (the C++/ggml peer that scripts/compare_pytorch
 # --peer times) and record what it was built from beside it (da3-cli.source).
 #
 #   scripts/peer/build.sh SRC BUILD

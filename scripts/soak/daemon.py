@@ -1,0 +1,186 @@
+"""The daemon as its systemd unit runs it (systemd/da3-edge.service): its config and the
+fake camera's script written, started with a real sd_notify socket, the watchdog kept,
+Restart=on-failure after RestartSec, the start limit; each life recorded as a ``Run``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge import follow, layout, procfs
+from tests.support import ROOT
+from tests.support.daemon import Notifications
+
+from .rules import Run
+from .sample import process_tree
+from .schedule import (
+    IN_FLIGHT_WORKERS,
+    KEEP_FRAMES,
+    RESTART_SEC,
+    START_LIMIT,
+    STORE_MIB,
+    WATCHDOG_SEC,
+    Fault,
+)  # fmt: skip
+
+
+@dataclass
+class Daemon:
+    """``python -m edge run`` with the soak's config, supervised; ``now`` is the run's
+    clock and ``event`` its log."""
+
+    out: Path
+    store: Path
+    models: Path
+    precision: str
+    fps: float
+    size: tuple[int, int]
+    threads: int
+    now: Callable[[], float]
+    event: Callable[..., None]
+    keep_frames: int = KEEP_FRAMES[0]
+    runs: list[Run] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.config = self.out / "da3-edge.toml"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tree: list[int] = []  # the daemon and its workers, as last seen
+        self.notify: Notifications | None = None
+        self.started_at = time.monotonic() - self.now()  # the clock's zero, monotonic
+
+    # -- the config and the camera's script --------------------------------------------
+    def camera_script(self, faults: list[Fault]) -> str:
+        """The fake's script for the rest of the run from now: good frames until each
+        camera fault is due, then the fault (at the camera's rate, so roughly on time)."""
+        steps, t = [f"fps:{self.fps:g}"], self.now()
+        for fault in faults:
+            if fault.kind not in ("camera-error", "camera-hang") or fault.at <= t:
+                continue
+            steps.append(f"ok*{max(1, round((fault.at - t) * self.fps))}")
+            steps.append("error*3" if fault.kind == "camera-error" else f"hang:{fault.hold:g}")
+            t = fault.end
+        return ",".join(steps)
+
+    def write_config(self, faults: list[Fault], *, broken: bool = False) -> None:
+        w, h = self.size
+        text = f"""# written by python -m scripts.soak
+[camera]
+source = "fake:{self.camera_script(faults)}"
+width = {w}
+height = {h}
+[model]
+dir = "{self.models}"
+precision = "{self.precision}"
+threads = {self.threads}
+workers = {IN_FLIGHT_WORKERS}
+[store]
+dir = "{self.store}"
+keep_frames = {self.keep_frames}
+max_bytes = {STORE_MIB * 1024 * 1024 // 2}
+[daemon]
+status_every = 2.0
+"""
+        if broken:
+            text += "this is not = = toml\n"
+        tmp = self.config.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.config)
+
+    # -- the process --------------------------------------------------------------------
+    def start(self, faults: list[Fault]) -> None:
+        starts = [r.started for r in self.runs if r.started > self.now() - START_LIMIT[1]]
+        if len(starts) + 1 > START_LIMIT[0]:
+            raise SystemExit(f"soak: start limit hit ({START_LIMIT[0]} in {START_LIMIT[1]:g} s)")
+        self.write_config(faults)
+        if self.notify is not None:
+            self.notify.close()
+        sock = self.out / "notify.sock"
+        sock.unlink(missing_ok=True)
+        self.notify = Notifications(sock)
+        env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DA3_EDGE_MODELS")}
+        env.update(
+            NOTIFY_SOCKET=str(sock),
+            WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1e6)),
+            PYTHONUNBUFFERED="1",
+        )
+        with open(self.out / "daemon.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "edge", "run", "--config", str(self.config)],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.runs.append(Run(self.proc.pid, self.now()))
+        self.event("start", pid=self.proc.pid)
+
+    def restart(self, faults: list[Fault]) -> None:
+        """Restart=on-failure: RestartSec, then a start."""
+        time.sleep(RESTART_SEC)
+        self.start(faults)
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the daemon, noting its core workers first (``ended``)."""
+        assert self.proc is not None
+        self.tree = process_tree(self.proc.pid)
+        self.proc.send_signal(sig)
+
+    def ended(self, how: str) -> None:
+        run = self.runs[-1]
+        assert self.proc is not None
+        run.exit_code = self.proc.wait()
+        run.ended = self.now()
+        run.how = how
+        run.last_status = self.read_status(run.pid) or run.last_status
+        # A worker notices its daemon's end (its stdin closes) and exits: however the
+        # daemon ended, none may outlive it, or each restart would leave a model behind.
+        workers = [p for p in self.tree if p != run.pid]
+        deadline = time.monotonic() + 5.0
+        while any(map(procfs.alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        run.orphans = [p for p in workers if procfs.alive(p)]
+        self.event("end", pid=run.pid, how=how, exit_code=run.exit_code, orphans=run.orphans)
+
+    def supervise(self, faults: list[Fault]) -> None:
+        """systemd's part: the watchdog, Restart=on-failure."""
+        assert self.proc is not None and self.notify is not None
+        run = self.runs[-1]
+        if self.proc.poll() is not None:
+            self.ended(f"exited {self.proc.returncode}")
+            self.restart(faults)
+            return
+        pings = [t for t, m in list(self.notify.messages) if m.get("WATCHDOG") == "1"]
+        ready = [t for t, m in list(self.notify.messages) if m.get("READY") == "1"]
+        since = pings[-1] if pings else (ready[0] if ready else None)
+        # Before READY, systemd's TimeoutStartSec applies (90 s), not the watchdog.
+        limit = WATCHDOG_SEC if since is not None else 90.0
+        since = since if since is not None else self.started_at + run.started
+        if time.monotonic() - since > limit:
+            self.event("watchdog", pid=run.pid, silent_s=round(time.monotonic() - since, 1))
+            self.signal(signal.SIGABRT)
+            self.ended("watchdog")
+            self.restart(faults)
+
+    def stop(self) -> None:
+        """SIGTERM, as systemd stops the unit; SIGKILL after 15 s."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+                self.ended("stopped")
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.ended("did not stop within 15 s")
+        if self.notify is not None:
+            self.notify.close()
+
+    def read_status(self, pid: int | None = None) -> dict[str, Any] | None:
+        """The store's status.json, if it is ``pid``'s (when given)."""
+        status = follow.read_json(self.store, layout.STATUS)
+        if status is None or (pid is not None and status.get("pid") != pid):
+            return None
+        return status

@@ -1,0 +1,194 @@
+"""The run: the daemon started, the faults inflicted on schedule, a sample every so
+often, and a consumer following ``latest`` and reading every frame it is told of."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge import follow, layout
+from edge.models import Manifest
+
+from . import sample
+from .daemon import Daemon
+from .rules import Run, Sample
+from .schedule import KEEP_FRAMES, Fault, schedule
+
+
+@dataclass
+class Soak:
+    out: Path
+    seconds: float
+    models: Path
+    precision: str
+    fps: float
+    size: tuple[int, int]
+    threads: int
+    sample_every: float
+    samples: list[Sample] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    consumer: dict[str, int] = field(
+        default_factory=lambda: {"seen": 0, "read": 0, "pruned": 0, "torn": 0}
+    )
+    faults: list[Fault] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.mount = self.out / "mnt"
+        self.store = self.mount / "store"
+        self.t0 = time.monotonic()
+        self.stop = threading.Event()
+        self.random_init = any(a.random_init for a in Manifest.load(self.models).cores())
+        self.daemon = Daemon(
+            self.out, self.store, self.models, self.precision, self.fps, self.size,
+            self.threads, now=self.now, event=self.event,
+        )  # fmt: skip
+
+    @property
+    def runs(self) -> list[Run]:
+        return self.daemon.runs
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def event(self, kind: str, **facts: Any) -> None:
+        record = {"t": round(self.now(), 2), "event": kind, **facts}
+        self.events.append(record)
+        print(f"[{record['t']:7.1f} s] {kind} {json.dumps(facts) if facts else ''}", flush=True)
+
+    # -- what is measured ---------------------------------------------------------------
+    def sample(self) -> Sample:
+        proc = self.daemon.proc
+        assert proc is not None
+        pids = self.daemon.tree = sample.process_tree(proc.pid)
+        status = self.daemon.read_status(proc.pid)
+        if status is not None:
+            self.runs[-1].last_status = status
+        counters = (status or {}).get("counters", {})
+        record = {
+            "t": round(self.now(), 2),
+            "pid": proc.pid,
+            **sample.processes(pids),
+            **sample.store(self.store),
+            "captured": counters.get("captured"),
+            "written": counters.get("written"),
+            "in_flight": counters.get("in_flight"),
+            "camera": ((status or {}).get("camera") or {}).get("state"),
+            "store": ((status or {}).get("store") or {}).get("state"),
+        }
+        self.samples.append(record)
+        return record
+
+    def consume(self) -> None:
+        """A consumer following ``latest``: reads every frame it is told of."""
+        before: int | None = None
+        with follow.Follower(self.store, retry=0.5) as watcher:
+            while not self.stop.is_set():
+                if layout.LATEST not in watcher.wait(0.5):
+                    continue
+                newest = follow.latest(self.store)
+                if newest is None:
+                    continue
+                for frame in follow.published_since(self.store, before, newest):
+                    self.read(frame)
+                before = newest.seq
+
+    def read(self, frame: follow.Published) -> None:
+        self.consumer["seen"] += 1
+        record = follow.read_record(self.store, frame.seq)
+        depth = frame.path / "frame.depth.png"
+        if record is not None and record.get("store_seq") == frame.seq:
+            self.consumer["read"] += 1
+            flagged = record.get("random_init") == self.random_init
+            if not flagged or not depth.stat().st_size:
+                self.consumer["torn"] += 1  # misflagged, or an empty depth map
+        elif frame.path.is_dir():
+            self.consumer["torn"] += 1  # published, yet no complete record
+        else:
+            self.consumer["pruned"] += 1  # the ring moved past it first
+
+    # -- the faults ---------------------------------------------------------------------
+    def inflict(self, fault: Fault) -> None:
+        daemon, faults = self.daemon, self.faults
+        assert daemon.proc is not None
+        self.event(fault.kind, hold=fault.hold) if fault.hold else self.event(fault.kind)
+        if fault.kind == "kill":
+            run = self.runs[-1]
+            run.last_status = daemon.read_status(daemon.proc.pid) or run.last_status
+            daemon.signal(signal.SIGKILL)
+            daemon.ended("killed")
+            daemon.restart(faults)
+        elif fault.kind == "reload-good":
+            daemon.keep_frames = KEEP_FRAMES[1]
+            daemon.write_config(faults)
+            daemon.proc.send_signal(signal.SIGHUP)
+        elif fault.kind == "reload-bad":
+            daemon.write_config(faults, broken=True)
+            daemon.proc.send_signal(signal.SIGHUP)
+            self.wait_for_log("reload: keeping the running config", 10.0)
+            daemon.write_config(faults)  # as an operator would, later
+        elif fault.kind == "disk-full":
+            self.fill_disk(fault)
+        elif fault.kind == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(self.mount)], check=True)
+            try:
+                self.hold(fault)
+            finally:
+                subprocess.run(["mount", "-o", "remount,rw", str(self.mount)], check=True)
+        # camera-error and camera-hang: in the fake's script since the start.
+        if fault.kind in ("disk-full", "read-only"):  # held here; a camera's hang is its own
+            self.event(f"{fault.kind} over")
+
+    def fill_disk(self, fault: Fault) -> None:
+        filler = self.mount / "filler"
+        # Unbuffered: the write that meets ENOSPC raises, and close has nothing left.
+        with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            chunk = b"\0" * (1 << 20)
+            while True:
+                f.write(chunk)
+        self.hold(fault)
+        filler.unlink()
+
+    def hold(self, fault: Fault) -> None:
+        while self.now() < fault.end:
+            self.tick(supervise=False)
+            time.sleep(0.2)
+
+    def wait_for_log(self, text: str, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if text in (self.out / "daemon.log").read_text(errors="replace"):
+                return True
+            time.sleep(0.2)
+        return False
+
+    # -- the run ------------------------------------------------------------------------
+    def tick(self, supervise: bool = True) -> None:
+        if self.samples and self.now() - self.samples[-1]["t"] < self.sample_every:
+            return
+        if supervise:
+            self.daemon.supervise(self.faults)
+        self.sample()
+
+    def run(self) -> None:
+        self.faults = schedule(self.seconds)
+        consumer = threading.Thread(target=self.consume, name="consumer", daemon=True)
+        self.daemon.start(self.faults)
+        consumer.start()
+        pending = list(self.faults)
+        try:
+            while self.now() < self.seconds:
+                if pending and self.now() >= pending[0].at:
+                    self.inflict(pending.pop(0))
+                self.tick()
+                time.sleep(0.2)
+        finally:
+            self.daemon.stop()
+            self.stop.set()
+            consumer.join(5)

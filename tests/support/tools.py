@@ -1,0 +1,78 @@
+"""Host tools, mounts and the CLI as a user runs them; skip, or fail when strict."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from . import ROOT
+
+
+def skip_or_fail(message: str) -> None:
+    """Skip the test; fail it under ``DA3_EDGE_STRICT_TESTS=1`` (scripts/check sets it,
+    so CI never passes by skipping)."""
+    if os.environ.get("DA3_EDGE_STRICT_TESTS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of a host tool the test needs; skip (fail when strict) without it."""
+    path = shutil.which(name)
+    if path is None:
+        skip_or_fail(f"{name} not found ({install})")
+    assert path is not None
+    return path
+
+
+def run_cli(
+    args: list[str],
+    *,
+    python: Path | str = sys.executable,
+    stdin: bytes | None = None,
+    cwd: Path = ROOT,
+    extra_env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`da3-edge ARGS` in a fresh process: exit code, stdout, stderr as a user sees them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "DA3_EDGE_MODELS")}
+    env.update(extra_env or {})
+    proc = subprocess.run(
+        [str(python), "-m", "edge", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+    return subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
+    )
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, *, size: str = "4m", read_only: bool = False) -> Iterator[Path]:
+    """A real tmpfs mounted at ``path``: size-limited (disk full) or read-only.
+
+    CI runs as root, where permission bits prove nothing; a mount does."""
+    path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (",ro" if read_only else "")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        skip_or_fail(f"cannot mount a tmpfs here ({proc.stderr.strip()}); needs root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
