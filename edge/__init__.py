@@ -27,7 +27,15 @@ from edge.errors import (
     WeightsError,
 )
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    """``edge.__version__``, looked up when first asked for (edge.version)."""
+    if name == "__version__":
+        from edge.version import version
+
+        return version()
+    raise AttributeError(f"module 'edge' has no attribute {name!r}")
+
 
 __all__ = [
     "CameraError",

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from edge import __version__, frames, images
+from edge import frames, images
 from edge import platform as edge_platform
 from edge.errors import EdgeError
 from edge.stats import nearest_rank
+from edge.version import version
 
 STAGES = ("decode", "preprocess", "core", "postprocess", "write")
 
@@ -219,7 +220,7 @@ def machine_info() -> dict[str, Any]:
         "python": _platform.python_version(),
         "fp16_arithmetic_policy": edge_platform.fp16_arithmetic(),
         "versions": frames.versions(),
-        "da3_edge": __version__,
+        "da3_edge": version(),
         "git_revision": git_revision(),
     }
     temp = Path("/sys/class/thermal/thermal_zone0/temp")

@@ -12,7 +12,6 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from edge import __version__
 from edge.errors import EdgeError, UsageError, report
 
 COMMANDS = {
@@ -69,7 +68,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(_help())
         return 0 if args else 2
     if args[0] == "--version":
-        print(f"da3-edge {__version__}")
+        from edge.version import version
+
+        print(f"da3-edge {version()}")
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:

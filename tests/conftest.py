@@ -106,6 +106,15 @@ def plain(fp16_path: Path) -> Plain:
 
 
 @pytest.fixture(scope="session")
+def fake_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model folder of FakeCore placeholders: for the daemon of tests where the model
+    is not the subject (tests.support.fakedaemon); no export needed."""
+    from .support import fakedaemon
+
+    return fakedaemon.models(tmp_path_factory.mktemp("fake-models"))
+
+
+@pytest.fixture(scope="session")
 def full_models(random_weights: Path) -> Path:
     return build_full_models()
 

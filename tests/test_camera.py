@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import types
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -14,6 +14,8 @@ from PIL import Image
 
 from edge.camera import open_source
 from edge.camera.fake import FakeCamera, Step, parse_script
+from edge.camera.opencv import OpenCVSource
+from edge.camera.picamera2 import Picamera2Source
 from edge.camera.replay import ReplaySource
 from edge.errors import CameraError, CameraTimeout, UsageError
 
@@ -94,11 +96,12 @@ def test_specs_open_the_named_source(tmp_path: Path) -> None:
     replay = open_source(f"replay:{tmp_path}@2.5:once")
     assert isinstance(replay, ReplaySource)
     assert (replay.path, replay.fps, replay.loop) == (tmp_path, 2.5, False)
-    assert open_source(f"replay:{tmp_path}").fps == 5.0
+    again = open_source(f"replay:{tmp_path}")
+    assert isinstance(again, ReplaySource) and again.fps == 5.0
     # picamera2[:INDEX]: libcamera's camera number, kept (it was dropped: camera 0 always).
-    assert open_source("picamera2").index == 0
-    assert open_source("picamera2:1").index == 1
-    assert open_source("opencv:2").index == 2
+    for spec, index in (("picamera2", 0), ("picamera2:1", 1), ("opencv:2", 2)):
+        source = open_source(spec)
+        assert isinstance(source, Picamera2Source | OpenCVSource) and source.index == index
 
 
 def test_a_picamera2_index_libcamera_does_not_report_is_one_line() -> None:
@@ -282,8 +285,8 @@ class _FakePicamera2:
     def global_camera_info() -> list[dict[str, object]]:
         return [{"Model": "imx708", "Num": 0}]
 
-    def create_video_configuration(self, **kw: object) -> dict[str, object]:
-        self.asked = kw
+    def create_video_configuration(self, **kw: Any) -> dict[str, Any]:
+        self.asked: dict[str, Any] = kw
         return kw
 
     def configure(self, config: dict[str, object]) -> None:

@@ -99,7 +99,7 @@ def imager_files(**changes: str | None) -> dict[str, bytes]:
     return {k: v.encode() for k, v in files.items() if v is not None}
 
 
-def imager_card(tmp_path: Path, *, size_mib: int = 128, **changes: str | None) -> Path:
+def imager_card(tmp_path: Path, size_mib: int = 128, /, **changes: str | None) -> Path:
     return fat.image(tmp_path / "bootfs.img", imager_files(**changes), size_mib)
 
 
@@ -198,7 +198,8 @@ def test_card_keeps_imagers_keys_and_adds_one_install_step(
 def test_card_without_runcmd_gets_one(tmp_path: Path, card_models: Path, wheel: Path) -> None:
     """A user-data without ``runcmd`` (Imager without the keyboard settings) gets the key."""
     plain = IMAGER_USER_DATA.split("\nruncmd:")[0]
-    with fat.mounted(imager_card(tmp_path, **{"user-data": plain})) as boot:
+    changes: dict[str, str | None] = {"user-data": plain}
+    with fat.mounted(imager_card(tmp_path, **changes)) as boot:
         proc = card_cli(boot, card_models, wheel)
         assert proc.returncode == 0, proc.stderr
         data = yaml.safe_load((boot / "user-data").read_text())
@@ -206,7 +207,7 @@ def test_card_without_runcmd_gets_one(tmp_path: Path, card_models: Path, wheel: 
         assert (boot / "user-data").read_text().startswith(plain)
 
 
-REFUSALS = {
+REFUSALS: dict[str, tuple[dict[str, str | None], str]] = {
     "not a boot partition": (
         {"config.txt": None, "cmdline.txt": None},
         "not a Raspberry Pi OS boot partition (no config.txt and cmdline.txt)",
@@ -253,7 +254,7 @@ def test_card_without_room_refuses_before_the_first_byte(
 ) -> None:
     """A 16 MB partition cannot take 26 MB of models: refused from the free space the
     file system reports, with nothing copied."""
-    with fat.mounted(imager_card(tmp_path, size_mib=16)) as boot:
+    with fat.mounted(imager_card(tmp_path, 16)) as boot:
         before = tree_digest(boot)
         proc = card_cli(boot, card_models, wheel)
         assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr

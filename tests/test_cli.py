@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,31 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert "export" in out and "models" in out
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("da3-edge ")
+
+
+def test_the_version_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyproject.toml holds the version; ``edge.__version__`` reads it from the installed
+    distribution, or from the checkout's pyproject.toml where edge runs uninstalled
+    (PYTHONPATH at a checkout, as the VM's laid-out daemon does)."""
+    from importlib import metadata
+
+    import edge
+    from edge import version
+
+    written = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert edge.__version__ == version.version() == written
+    version.version.cache_clear()
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    try:
+        assert version.version() == written
+    finally:
+        version.version.cache_clear()
+    sources = [p for p in (ROOT / "edge").rglob("*.py") if f'"{written}"' in p.read_text()]
+    assert sources == []
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from edge.core import Core, CoreSpec
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 from edge.models import Manifest
 
+from .support import children
 from .support.models import SMALL_SHAPE, Plain
 from .support.photos import normalised_photo
 
@@ -86,27 +86,11 @@ def test_weight_cache_is_not_used_with_fp16_arithmetic(fp16_runs: Fp16Runs) -> N
     assert not fp16_runs.cache.exists()
 
 
-CANARY = """
-import sys
-from ai_edge_litert.compiled_model import CompiledModel
-from ai_edge_litert.hardware_accelerator import HardwareAccelerator
-from ai_edge_litert.options import CpuOptions, Options
-cpu = CpuOptions(num_threads=1, xnnpack_flags=7, xnnpack_weight_cache_path=sys.argv[2])
-CompiledModel.from_file(sys.argv[1], options=Options(hardware_accelerators=HardwareAccelerator.CPU, cpu_options=cpu))
-print("loaded")
-"""
-
-
 @pytest.mark.arm
 def test_litert_still_crashes_on_weight_cache_with_fp16(fp16_path: Path, tmp_path: Path) -> None:
     """Why Core drops the weight cache under fp16 arithmetic. When this fails, a LiteRT
     release has fixed it: let Core use the cache again, and delete this canary."""
-    proc = subprocess.run(
-        [sys.executable, "-c", CANARY, str(fp16_path), str(tmp_path / "cache.xnnpack")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = children.run("litert-weight-cache-fp16", fp16_path, tmp_path / "cache.xnnpack")
     print(f"exit {proc.returncode}; {proc.stderr.strip().splitlines()[-1:]}")
     assert proc.returncode == -signal.SIGABRT
     assert "invalid pack identifier" in proc.stderr
@@ -190,18 +174,7 @@ def test_missing_and_corrupt_files(tmp_path: Path, fp16_path: Path) -> None:
 
 
 def test_runtime_path_never_imports_torch(fp16_path: Path) -> None:
-    code = (
-        "import sys, numpy as np\n"
-        "import edge\n"
-        "assert 'ai_edge_litert' not in sys.modules, 'import edge loaded LiteRT'\n"
-        "from edge.core import Core\n"
-        f"with Core({str(fp16_path)!r}, threads=1) as c:\n"
-        f"    c.run(np.zeros((1, 3, {SMALL_SHAPE[0]}, {SMALL_SHAPE[1]}), np.float32))\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'litert_torch', 'depth_anything_3')]\n"
-        "assert not bad, bad\n"
-        "print('ok')\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = children.run("runtime-imports", fp16_path, *SMALL_SHAPE)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
     # LiteRT's load/first-run chatter is captured, not printed. (Its static
@@ -220,7 +193,7 @@ def test_a_spec_is_the_one_description_and_its_shape_is_checked(
     spec = CoreSpec(fp16_path, threads=1, weight_cache=tmp_path, precision="fp16", shape=(14, 14))
     assert CoreSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
     assert CoreSpec.of(str(fp16_path), threads=1) == CoreSpec(fp16_path, threads=1)
-    assert CoreSpec(fp16_path, weight_cache="").weight_cache is None
+    assert CoreSpec(fp16_path, weight_cache="").weight_cache is None  # type: ignore[arg-type]
     with pytest.raises(ModelCorrupt, match=r"takes 140x182, the manifest says 14x14"):
         Core(spec)
     with Core(CoreSpec(fp16_path, threads=1, shape=SMALL_SHAPE)) as core:

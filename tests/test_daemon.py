@@ -14,52 +14,24 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .support import ROOT
-from .support.daemon import DaemonProcess, frame_dirs
-from .support.tools import run_cli, tmpfs
+from .support import children
+from .support.daemon import DaemonProcess, frame_dirs, write_config
+from .support.tools import run_cli, run_main, tmpfs
 
 FILES = {"frame.depth.png", "frame.npz", "frame.preview.png", "frame.json"}
 
 
-def write_config(
-    path: Path, source: str, store_dir: Path, models: Path, **extra: dict[str, object]
-) -> Path:
-    sections: dict[str, dict[str, object]] = {
-        "camera": {
-            "source": source,
-            "width": 320,
-            "height": 240,
-            "timeout": 1.0,
-            "stall_after": 2.0,
-            "backoff_min": 0.2,
-            "backoff_max": 1.0,
-        },
-        "model": {"dir": str(models), "threads": 1},
-        "store": {"dir": str(store_dir), "keep_frames": 5},
-        "daemon": {"stuck_after": 4.0, "status_every": 0.5},
-    }
-    for name, values in extra.items():
-        sections.setdefault(name, {}).update(values)
-    lines = []
-    for name, values in sections.items():
-        lines.append(f"[{name}]")
-        for key, value in values.items():
-            lines.append(f"{key} = {json.dumps(value)}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def assert_complete(frame_dir: Path) -> dict[str, object]:
+def assert_complete(frame_dir: Path) -> dict[str, Any]:
     names = {p.name for p in frame_dir.iterdir()}
     assert names == FILES, (frame_dir, names)
-    meta: dict[str, object] = json.loads((frame_dir / "frame.json").read_text())
+    meta: dict[str, Any] = json.loads((frame_dir / "frame.json").read_text())
     with np.load(frame_dir / "frame.npz") as npz:
         assert npz["depth"].shape == (240, 320)
     return meta
@@ -105,13 +77,13 @@ def test_frames_flow_with_provenance_and_a_bounded_ring(small_models: Path, tmp_
     ):
         assert key in meta, key
     assert meta["random_init"] is True and meta["source"] == "fake:fps:100"
-    assert 0 < float(meta["latency_ms"]) < 10_000  # type: ignore[arg-type]
-    assert float(meta["t_written"]) >= float(meta["t_capture"])  # type: ignore[arg-type]
+    assert 0 < float(meta["latency_ms"]) < 10_000
+    assert float(meta["t_written"]) >= float(meta["t_capture"])
     text = status[-1]["STATUS"]  # type: ignore[index]
     assert "fps" in text and "latency p50" in text and "dropped" in text
     # Stale frames were dropped and counted, not queued: camera seq runs ahead of store seq.
-    assert int(meta["dropped_stale_total"]) > 0  # type: ignore[arg-type]
-    assert int(meta["camera_seq"]) > int(meta["store_seq"])  # type: ignore[arg-type]
+    assert int(meta["dropped_stale_total"]) > 0
+    assert int(meta["camera_seq"]) > int(meta["store_seq"])
 
 
 def test_replay_source(small_models: Path, photos: Path, tmp_path: Path) -> None:
@@ -357,14 +329,14 @@ def test_sighup_reloads_and_keeps_the_old_config_when_bad(
 def test_invalid_config_at_start_is_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[camera]\nsource = 'fake'\n\n[store]\nkeep_frames = 0\n")
-    proc = run_cli(["run", "--config", str(cfg)])
+    proc = run_main(["run", "--config", str(cfg)])
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"da3-edge: error: {cfg}:5: store.keep_frames must be at least 1"
-    proc = run_cli(["run", "--config", str(cfg), "--check-config"])
+    proc = run_main(["run", "--config", str(cfg), "--check-config"])
     assert proc.returncode == 1
     good = tmp_path / "good.toml"
-    good.write_text(run_cli(["run", "--print-default-config"]).stdout)
-    proc = run_cli(["run", "--config", str(good), "--check-config"])
+    good.write_text(run_main(["run", "--print-default-config"]).stdout)
+    proc = run_main(["run", "--config", str(good), "--check-config"])
     assert proc.returncode == 0 and proc.stdout.strip() == f"{good}: ok"
 
 
@@ -402,26 +374,9 @@ def test_a_reader_following_latest_sees_only_whole_frames(
 ) -> None:
     store = tmp_path / "store"
     cfg = write_config(tmp_path / "c.toml", "fake", store, small_models, store={"keep_frames": 3})
-    code = (
-        "import json, sys, time, numpy as np\n"
-        "from pathlib import Path\n"
-        f"store = Path({str(store)!r})\n"
-        "seen = set(); end = time.monotonic() + 8\n"
-        "while time.monotonic() < end:\n"
-        "    try:\n"
-        "        d = (store / 'latest').resolve(strict=True)\n"
-        "        meta = json.loads((d / 'frame.json').read_text())\n"
-        "        with np.load(d / 'frame.npz') as f: assert f['depth'].size\n"
-        "        seen.add(meta['store_seq'])\n"
-        "    except FileNotFoundError:\n"
-        "        pass  # not there yet, or pruned between resolve and open: retry\n"
-        "print(len(seen))\n"
-    )
     with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
         d.wait_for(lambda: d.notify.having("READY"), what="READY")
-        reader = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-        )
+        reader = children.run("whole-frames", store, 3, 60)
         assert d.stop() == 0
     assert reader.returncode == 0, reader.stderr
     assert int(reader.stdout) >= 3
@@ -515,15 +470,15 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
     workers: dict[str, int] = {}
     real_prepare, real_submit, real_collect = pipeline.prepare, pipeline.submit, pipeline.collect
 
-    def prepare(image: object, *args: object, **kwargs: object) -> object:
-        job = real_prepare(image, *args, **kwargs)  # type: ignore[arg-type]
-        workers[str(kwargs["name"])] = int(kwargs["worker"])  # type: ignore[call-overload]
+    def prepare(image: Any, *args: Any, **kwargs: Any) -> Any:
+        job = real_prepare(image, *args, **kwargs)
+        workers[str(kwargs["name"])] = int(kwargs["worker"])
         return job
 
-    def step(name: str, real: object) -> object:
-        def wrapper(job: object) -> None:
-            real(job)  # type: ignore[operator]
-            frame = job.still.name  # type: ignore[attr-defined]
+    def step(name: str, real: Callable[[Any], None]) -> Any:
+        def wrapper(job: Any) -> None:
+            real(job)
+            frame = job.still.name
             events.append((name, frame, workers[frame]))
 
         return wrapper
@@ -532,7 +487,8 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
     pipeline.submit = step("submit", real_submit)  # type: ignore[method-assign]
     pipeline.collect = step("collect", real_collect)  # type: ignore[method-assign]
     assert daemon.run() == 0
-    in_flight, most = set(), 0
+    in_flight: set[tuple[str, int]] = set()
+    most = 0
     for kind, frame, worker in events:
         if kind == "submit":
             assert worker not in {w for _, w in in_flight}, events  # one frame per worker

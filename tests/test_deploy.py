@@ -19,7 +19,7 @@ import pytest
 
 from .support import ROOT
 from .support.tools import require_tool, run_cli
-from .test_systemd_unit import parse_unit
+from .support.units import parse_unit
 
 INSTALLER = ROOT / "scripts" / "install-pi.sh"
 INSTALLER_CHECK = ROOT / "scripts" / "arm" / "installer-check.sh"

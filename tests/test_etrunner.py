@@ -7,11 +7,9 @@ Against the real ExecuTorch runtime libraries of the pinned wheel, built by
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-import subprocess
-import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
@@ -24,21 +22,8 @@ from edge.etrunner import install
 from edge.models import Manifest, da3_shape
 from edge.stages import bands
 
-from .support import ROOT
+from .support import ROOT, children
 from .support.tools import run_cli
-
-
-def _python(code: str, *, python: Path | str = sys.executable, env: dict[str, str] | None = None):
-    import os
-
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [str(python), "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=ROOT,
-    )
 
 
 def test_version_is_the_export_environments() -> None:
@@ -113,18 +98,7 @@ def test_programs_run_and_match_executorchs_own_bindings(
     inputs.parent.mkdir(parents=True, exist_ok=True)
     np.savez(inputs, *pre_in, *post_in)
     theirs = ROOT / ".cache" / "tests" / "etrunner-bindings.npz"
-    proc = _python(
-        f"""
-        import numpy as np, torch
-        from executorch.extension.pybindings.portable_lib import _load_for_executorch
-        x = np.load({str(inputs)!r})
-        args = [torch.from_numpy(x[f"arr_{{i}}"]) for i in range(13)]
-        a = _load_for_executorch({str(pre)!r}).forward(args[:8])[0]
-        b = _load_for_executorch({str(post)!r}).forward(args[8:])[0]
-        np.savez({str(theirs)!r}, pre=a.numpy(), post=b.numpy())
-        """,
-        python=export_env,
-    )
+    proc = children.run("executorch-bindings", pre, post, inputs, theirs, python=export_env)
     assert proc.returncode == 0, proc.stderr
     runtime = etrunner.Runtime.get()
     with np.load(theirs) as ref:
@@ -138,25 +112,6 @@ def test_programs_run_and_match_executorchs_own_bindings(
     assert pre_d <= 1e-5 and post_d <= 1e-5
 
 
-TORCH_FREE = """
-import os, re, sys, importlib.util
-import numpy as np
-assert importlib.util.find_spec("torch") is not None, "torch must be installed for this test"
-assert importlib.util.find_spec("executorch") is not None
-from edge.pipeline import Pipeline, PipelineSpec
-spec = PipelineSpec(models={models!r}, stages="executorch", threads=2)
-with Pipeline.load(spec) as pipe:
-    frame = pipe.run({photo!r})
-assert frame.depth.shape == (480, 640), frame.depth.shape
-loaded = [m for m in sys.modules if m == "torch" or m.startswith(("torch.", "executorch"))]
-maps = {{line.split()[-1] for line in open("/proc/self/maps") if "/" in line}}
-libs = sorted(p for p in maps if re.match(r"lib(torch|c10)", os.path.basename(p)))
-runner = sorted(os.path.basename(p) for p in maps if "da3-edge/executorch-" in p)
-print("modules:", loaded, "libs:", libs, "stages:", frame.stages, "runner:", runner)
-assert not loaded and not libs and frame.stages == "executorch" and "runner.so" in runner
-"""
-
-
 def test_executorch_stages_import_no_torch_where_torch_is_installed(
     executorch_runtime: Path, export_env: Path, small_models: Path, tmp_path: Path
 ) -> None:
@@ -167,11 +122,8 @@ def test_executorch_stages_import_no_torch_where_torch_is_installed(
     photo = tmp_path / "p.png"
     rng = np.random.default_rng(1)
     Image.fromarray((rng.random((480, 640, 3)) * 255).astype(np.uint8)).save(photo)
-    proc = _python(
-        TORCH_FREE.format(models=str(small_models), photo=str(photo)),
-        python=export_env,
-        env={etrunner.ENV_RUNTIME: str(executorch_runtime)},
-    )
+    env = {**os.environ, etrunner.ENV_RUNTIME: str(executorch_runtime)}
+    proc = children.run("torch-free-stages", small_models, photo, python=export_env, env=env)
     print(proc.stdout.strip())
     assert proc.returncode == 0, proc.stderr
     assert "modules: [] libs: [] stages: executorch" in proc.stdout
@@ -199,9 +151,7 @@ def test_a_runner_for_another_version_is_refused(
     shutil.copytree(executorch_runtime, copy, symlinks=True)
     record = json.loads((copy / "runtime.json").read_text())
     (copy / "runtime.json").write_text(json.dumps({**record, **edit}))
-    proc = _python(
-        "from edge import etrunner; print(etrunner.status())", env={etrunner.ENV_RUNTIME: str(copy)}
-    )
+    proc = children.run("etrunner-status", env={**os.environ, etrunner.ENV_RUNTIME: str(copy)})
     assert proc.returncode == 0, proc.stderr
     assert "(False, " in proc.stdout and message in proc.stdout
     assert "da3-edge install-executorch" in proc.stdout
@@ -248,25 +198,7 @@ def test_thread_count_is_set_before_programs_open(
 ) -> None:
     """Resizing ExecuTorch's pool under an open program crashed the process (SIGSEGV in
     the pool): it is refused instead; before any program opens it works."""
-    proc = _python(
-        f"""
-        from edge import etrunner
-        from edge.errors import StagesUnavailable
-        from edge.models import Manifest
-        m = Manifest.load({str(small_models)!r})
-        rt = etrunner.Runtime.get(threads=1)
-        assert rt.threads == 1, rt.threads
-        p = etrunner.Program(m.verify(m.find_stage("pre", (140, 182))), rt)
-        try:
-            rt.set_threads(2)
-        except StagesUnavailable as exc:
-            print("refused:", exc)
-        print("kept", etrunner.Runtime.get(threads=3).threads)  # a reload's ask: warned, kept
-        p.close()
-        rt.set_threads(2)
-        print("threads", rt.threads)
-        """
-    )
+    proc = children.run("etrunner-threads", small_models, 140, 182)
     assert proc.returncode == 0, proc.stderr
     assert "refused: the ExecuTorch thread pool already runs 1 threads" in proc.stdout
     assert "kept 1" in proc.stdout and "ExecuTorch stages keep 1 threads" in proc.stderr
@@ -308,10 +240,8 @@ def test_install_checks_the_wheel_and_is_idempotent(
     # The last failure stays beside the destination, for doctor to say why and what next.
     with pytest.raises(EdgeError, match=r"no C\+\+ compiler"):
         install.install(dest, cxx="no-such-c++")
-    status = _python(
-        "from edge import etrunner; print(etrunner.status()[1])",
-        env={etrunner.ENV_RUNTIME: str(dest)},
-    )
+    env = {**os.environ, etrunner.ENV_RUNTIME: str(dest)}
+    status = children.run("etrunner-status", "message", env=env)
     assert status.stdout.strip() == (
         "the executorch stages need da3-edge's ExecuTorch runner; the last `da3-edge "
         "install-executorch` failed (no C++ compiler 'no-such-c++' to build the ExecuTorch "
@@ -331,10 +261,8 @@ def test_install_builds_a_working_runner(
     assert proc.stdout.strip() == f"installed: {tmp_path / 'rt'}"
     assert not etrunner.failure_note(tmp_path / "rt").exists()  # a success clears it
     assert "building runner.so with" in proc.stderr
-    status = _python(
-        "from edge import etrunner; print(etrunner.status())",
-        env={etrunner.ENV_RUNTIME: str(tmp_path / "rt")},
-    )
+    env = {**os.environ, etrunner.ENV_RUNTIME: str(tmp_path / "rt")}
+    status = children.run("etrunner-status", env=env)
     assert "(True, 'runner for executorch 1.5.1" in status.stdout, status.stdout + status.stderr
     again = run_cli(["install-executorch", "--dest", str(tmp_path / "rt"), "--wheel", str(cached)])
     assert again.returncode == 0 and again.stdout.strip() == f"unchanged: {tmp_path / 'rt'}"

@@ -8,38 +8,16 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .support import ROOT
+from .support import children
 from .support.tools import run_cli
-
-SCENARIO = """
-import os, sys, warnings
-import edge.models
-from edge.export.quiet import third_party_output_to_log
-
-warnings.simplefilter("always")
-with third_party_output_to_log() as console:
-    os.write(1, b"C library on stdout\\n")  # as the reference package's logger
-    os.write(2, b"I0000 absl on stderr\\n")  # as LiteRT's converter
-    print("python print to stderr", file=sys.stderr)
-    warnings.warn_explicit("a FutureWarning", FutureWarning, "/elsewhere/torch.py", 1)
-    warnings.warn_explicit("a real warning", UserWarning, edge.models.__file__, 1)
-    console.say("[1/1] the kit's progress")
-    console.result("wrote 1 artifacts")
-    if sys.argv[1] == "fail":
-        raise SystemExit(3)
-print("after")
-"""
 
 
 def _scenario(how: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", SCENARIO, how], capture_output=True, text=True, cwd=ROOT
-    )
+    return children.run("export-console", how)
 
 
 def test_only_the_kits_lines_and_warnings_reach_the_terminal() -> None:

@@ -15,41 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from .support import children
 from .support.tools import run_cli
 
 pytestmark = pytest.mark.export
-
-# Rewrites a release file with every alias of each shared tensor stored as its own copy
-# (as `save_file(dict(model.state_dict()))` after cloning does); TAMPER=1 changes one.
-WITH_ALIASES = """
-import sys
-from safetensors.torch import load_file, save_file
-from edge.export.weights import _Release, build_network
-
-src, dst, tamper = sys.argv[1:4]
-state = load_file(src)
-groups = {}
-for name, tensor in _Release(build_network()).state_dict().items():
-    groups.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
-added = []
-for names in groups.values():
-    stored = [n for n in names if n in state]
-    for name in names:
-        if len(names) > 1 and name not in state:
-            state[name] = state[stored[0]].clone()
-            added.append(name)
-added.sort()
-if tamper == "1":
-    state[added[0]] = state[added[0]] + 1e-3
-save_file(state, dst, metadata={"format": "pt"})
-print("ALIASES", " ".join(added))
-"""
-
-
-def run_python(python: Path, code: str, *args: str) -> str:
-    proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def _aliased_folder(
@@ -57,13 +26,10 @@ def _aliased_folder(
 ) -> list[str]:
     folder.mkdir()
     shutil.copy(random_weights / "config.json", folder / "config.json")
-    proc = run_python(
-        export_env,
-        WITH_ALIASES,
-        str(random_weights / "model.safetensors"),
-        str(folder / "model.safetensors"),
-        "1" if tamper else "0",
-    )
+    src, dst = random_weights / "model.safetensors", folder / "model.safetensors"
+    done = children.run("with-aliases", src, dst, int(tamper), python=export_env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    proc = done.stdout
     # The reference package logs to stdout when imported: take the script's own line.
     line = next(x for x in proc.splitlines() if x.startswith("ALIASES "))
     return line.split()[1:]
@@ -87,14 +53,10 @@ def test_every_alias_stored_is_accepted(
     assert proc.returncode == 0, proc.stderr
     assert "(sha256:" in proc.stderr
     # Saved back in the official layout: each shared tensor once, as in the original.
-    check = run_python(
-        export_env,
-        "import sys; from safetensors import safe_open\n"
-        "a, b = (sorted(safe_open(p, 'pt').keys()) for p in sys.argv[1:3]); print(a == b)",
-        str(tmp_path / "out" / "model.safetensors"),
-        str(random_weights / "model.safetensors"),
-    )
-    assert check.strip().splitlines()[-1] == "True"
+    ours, theirs = tmp_path / "out" / "model.safetensors", random_weights / "model.safetensors"
+    check = children.run("same-keys", ours, theirs, python=export_env)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.strip().splitlines()[-1] == "True"
 
 
 def test_an_alias_that_differs_is_refused_by_name(

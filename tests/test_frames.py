@@ -20,7 +20,7 @@ def _smooth(shape: tuple[int, ...], dtype: type, top: int, seed: int) -> np.ndar
     if len(shape) == 3:
         base = base[..., None] * np.array([1.0, 0.7, 0.4])
     noisy = base + rng.normal(0, top / 200, base.shape)
-    return np.clip(np.rint(noisy), 0, top).astype(dtype)
+    return np.asarray(np.clip(np.rint(noisy), 0, top), dtype=dtype)
 
 
 def _depth(shape: tuple[int, int], seed: int) -> np.ndarray:
@@ -55,6 +55,7 @@ def test_preview_is_the_colormap_as_a_palette(shape: tuple[int, int]) -> None:
     with Image.open(io.BytesIO(frames.preview_png(depth))) as im:
         im.load()
         assert im.format == "PNG" and im.mode == "P" and im.size == shape[::-1]
+        assert im.palette is not None
         palette = np.frombuffer(im.palette.tobytes(), np.uint8).reshape(-1, 3)
         np.testing.assert_array_equal(palette, frames.COLORMAP)
         np.testing.assert_array_equal(np.asarray(im), index)
@@ -114,7 +115,9 @@ def test_rgb_is_the_scene_at_the_outputs_size() -> None:
         depth = np.ones(shape, np.float32)
         frame = DepthFrame(depth, depth, "x", (120, 160), (14, 14), (14, 14), "fp16", "numpy",
                            "m", "random-init:0", True, "a.tflite", rgb=rgb)  # fmt: skip
-        with Image.open(io.BytesIO(frames.render(frame, ["rgb"])["rgb"])) as im:
+        rgb_jpeg = frames.render(frame, ["rgb"])["rgb"]
+        assert isinstance(rgb_jpeg, bytes)
+        with Image.open(io.BytesIO(rgb_jpeg)) as im:
             assert im.format == "JPEG" and im.size == (shape[1], shape[0])
             if shape == (120, 160):
                 err = np.abs(np.asarray(im, np.int16) - rgb.astype(np.int16)).mean()

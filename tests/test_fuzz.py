@@ -24,9 +24,9 @@ from edge import images
 from edge.errors import ConfigError, ImageError
 
 from .support.photos import photo_path
+from .support.serve import serving
+from .support.store import store
 from .support.tools import run_cli
-from .test_serve import serving
-from .test_store_trust import store
 
 SEED = 20261204
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",

@@ -246,9 +246,9 @@ def test_docs_state_the_macos_the_binaries_need(
             pool.map(
                 lambda w: wheel_floors(
                     str(w["url"]),
-                    int(w["size"]),  # type: ignore[arg-type]
+                    int(w["size"]),
                     str(w["hashes"]["sha256"]),
-                ),  # type: ignore[index]
+                ),
                 wheels,
             )
         )

@@ -1,5 +1,6 @@
 """The house rules of the maintainer's code (scripts/, tests/): every Python file is a
-module of its package, none loaded by path; no function longer than a screen."""
+module of its package, none loaded by path; test modules share through tests/support;
+no function longer than a screen."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ def test_nothing_is_imported_by_path() -> None:
         for p in [ROOT / "pyproject.toml", *files(".ci", "edge", "scripts", "tests", "systemd")]
         for word in BY_PATH
         if word in p.read_text(errors="replace")
+    ]
+    assert not found, found
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in tests/support, not in a test module
+    another one imports (which would also run its tests' module fixtures' imports)."""
+    found = [
+        f"{p.relative_to(ROOT)}: {line.strip()}"
+        for p in files("tests", pattern="*.py")
+        for line in p.read_text().splitlines()
+        if line.lstrip().startswith(("from .test_", "from tests.test_", "from . import test_"))
     ]
     assert not found, found
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,16 @@ from edge.models import (
     resolve_models_dir,
     sha256_file,
 )
+
+
+def counting(calls: list[Path], real: Callable[[Path], str]) -> Callable[[Path], str]:
+    """``real``, noting each path it is called with in ``calls``."""
+
+    def counted(path: Path) -> str:
+        calls.append(path)
+        return real(path)
+
+    return counted
 
 
 @pytest.mark.parametrize(
@@ -187,11 +198,11 @@ def test_verified_stamp_skips_the_rehash_until_the_file_changes(
 
     assert (cache_dir() / "verified.json").exists()
 
-    calls = []
+    calls: list[Path] = []
     import edge.models
 
     real = edge.models.sha256_file
-    monkeypatch.setattr(edge.models, "sha256_file", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(edge.models, "sha256_file", counting(calls, real))
     manifest.verify(artifact)
     assert calls == []  # unchanged file: no re-read
     manifest.verify(artifact, full=True)
@@ -210,11 +221,11 @@ def test_a_chmod_alone_also_forces_a_rehash(
 ) -> None:
     manifest, artifact = _copy_models(small_models, tmp_path / "m")
     path = manifest.verify(artifact)
-    calls = []
+    calls: list[Path] = []
     import edge.models
 
     real = edge.models.sha256_file
-    monkeypatch.setattr(edge.models, "sha256_file", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(edge.models, "sha256_file", counting(calls, real))
     path.chmod(0o600)
     manifest.verify(artifact)
     assert calls == [path]
@@ -231,9 +242,9 @@ def test_unwritable_cache_still_avoids_a_second_hash_in_one_process(
     cache.write_text("not a directory")
     monkeypatch.setenv("DA3_EDGE_CACHE", str(cache))
     manifest, artifact = _copy_models(small_models, tmp_path / "m")
-    calls = []
+    calls: list[Path] = []
     real = edge.models.sha256_file
-    monkeypatch.setattr(edge.models, "sha256_file", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(edge.models, "sha256_file", counting(calls, real))
     path = manifest.verify(artifact)
     manifest.verify(artifact)
     assert calls == [path]

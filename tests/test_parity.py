@@ -40,7 +40,7 @@ def oracle(
     """Reference depth/conf for every (shape, photo), from one oracle process."""
     work = tmp_path_factory.mktemp("oracle")
     inputs = {_key(s, p): normalised_photo(p, s) for s in DEFAULT_SHAPES for p in PHOTOS}
-    np.savez(work / "in.npz", **inputs)
+    np.savez(work / "in.npz", **inputs)  # type: ignore[arg-type]
     proc = subprocess.run(
         [
             str(export_env),

@@ -17,7 +17,6 @@ import json
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,10 +26,11 @@ from typing import Any
 import pytest
 
 from edge import procfs
+from edge.errors import ConfigError
 
 from .support.broker import Broker, Listener
 from .support.daemon import Command, DaemonProcess, frame_dirs
-from .test_daemon import write_config
+from .support.daemon import daemon as start
 
 USER, PASSWORD = "da3edge", "pa55-word"
 
@@ -82,10 +82,8 @@ def publishing(
 
 
 def daemon(tmp: Path, store: Path, models: Path, source: str = "fake:fps:10") -> DaemonProcess:
-    run = Path(tempfile.mkdtemp(dir=tmp, prefix="daemon-"))
-    cfg = write_config(run / "c.toml", source, store, models,
-                       store={"dir": str(store), "keep_frames": 200})  # fmt: skip
-    return DaemonProcess(run, ["--config", str(cfg)])
+    """The daemon (support.daemon's) with a ring that keeps every frame of a test."""
+    return start(tmp, store, models, source, store={"dir": str(store), "keep_frames": 200})
 
 
 def wait(check: Any, timeout: float, what: str, *logs: Any) -> Any:
@@ -109,8 +107,9 @@ PLATFORM_KEYS = {
     "binary_sensor": {"name", "unique_id", "value_template", "payload_on", "payload_off"},
     "image": {"name", "unique_id", "image_topic", "content_type"},
 }
-DEVICE_CLASSES = {"sensor": {None, "duration", "timestamp", "temperature"},
-                  "binary_sensor": {"problem"}}  # fmt: skip
+DEVICE_CLASSES: dict[str, set[str | None]] = {
+    "sensor": {None, "duration", "timestamp", "temperature"}, "binary_sensor": {"problem"},
+}  # fmt: skip
 
 
 def check_discovery(payload: dict[str, Any], *, preview: bool) -> None:
@@ -204,13 +203,13 @@ def test_a_wrong_password_is_one_line_and_retried(tmp_path: Path, broker: Broker
 
 
 def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
-    small_models: Path, tmp_path: Path, broker: Broker
+    fake_models: Path, tmp_path: Path, broker: Broker
 ) -> None:
     store = tmp_path / "store"
     cfg = mqtt_config(tmp_path, broker.port, state_max_rate=5.0)
     listener = Listener(broker.port, "ha", "ha-pass")
     try:
-        with daemon(tmp_path, store, small_models) as d:
+        with daemon(tmp_path, store, fake_models) as d:
             pub = Publish(cfg, store, tmp_path / "publish.log")
             wait(lambda: [m for m in listener.on("/availability") if m.payload == b"online"], 20,
                  "online", pub.log)  # fmt: skip
@@ -268,7 +267,7 @@ def server_cert(d: Path, ca: Path, ca_key: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_tls_with_the_right_ca_and_not_with_another(small_models: Path, tmp_path: Path) -> None:
+def test_tls_with_the_right_ca_and_not_with_another(fake_models: Path, tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     ca, ca_key = make_ca(pki, "test-ca")
     other, _ = make_ca(pki, "other-ca")
@@ -278,7 +277,7 @@ def test_tls_with_the_right_ca_and_not_with_another(small_models: Path, tmp_path
     listener = Listener(broker.port, "ha", "ha-pass", tls_ca=ca)
     store = tmp_path / "store"
     try:
-        with daemon(tmp_path, store, small_models) as d:
+        with daemon(tmp_path, store, fake_models) as d:
             wrong = tmp_path / "wrong"
             wrong.mkdir()
             cfg = mqtt_config(wrong, broker.port, tls_ca=str(other))
@@ -310,7 +309,7 @@ def test_tls_with_the_right_ca_and_not_with_another(small_models: Path, tmp_path
 
 
 def test_a_broker_down_for_15_s_costs_bounded_memory(
-    small_models: Path, tmp_path: Path, broker: Broker
+    fake_models: Path, tmp_path: Path, broker: Broker
 ) -> None:
     """The fake camera at 10 frames/s, every frame's state queued, queue_limit 20: while
     the broker is away the queue holds 20, the rest is dropped and counted, and the
@@ -320,7 +319,7 @@ def test_a_broker_down_for_15_s_costs_bounded_memory(
     listener = Listener(broker.port, "ha", "ha-pass")
     try:
         with (
-            daemon(tmp_path, store, small_models) as d,
+            daemon(tmp_path, store, fake_models) as d,
             publishing(cfg, store, tmp_path / "publish.log") as pub,
         ):
             wait(lambda: len(listener.on("/state")) >= 5, 30, "states", pub.log)
@@ -352,23 +351,23 @@ def test_a_broker_down_for_15_s_costs_bounded_memory(
 
 
 def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
-    from .support.tools import run_cli
+    from .support.tools import run_main
 
-    off = run_cli(["publish", "--store", str(tmp_path)])
+    off = run_main(["publish", "--store", str(tmp_path)])
     assert off.returncode == 0
     assert off.stderr == (
         "da3-edge publish: mqtt.enabled is false in the defaults: nothing to publish\n"
     )
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[mqtt]\nenabled = true\ndevice_id = "has spaces"\n')
-    bad = run_cli(["publish", "--config", str(cfg)])
+    bad = run_main(["publish", "--config", str(cfg)])
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1
     assert f"{cfg}:3: mqtt.device_id must be 1-64 of A-Z a-z 0-9 _ -" in bad.stderr
     secret = tmp_path / "pw"
     secret.write_text("x\n")
     secret.chmod(0o644)
     cfg.write_text(f'[mqtt]\nenabled = true\nusername = "u"\npassword_file = "{secret}"\n')
-    leaky = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)])
+    leaky = run_main(["publish", "--config", str(cfg), "--store", str(tmp_path)])
     assert leaky.returncode == 1
     assert f"mqtt.password_file: {secret} can be read by others (mode 644)" in leaky.stderr
     # A password for a broker elsewhere goes only over TLS, unless asked for in clear.
@@ -377,7 +376,7 @@ def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
         f'[mqtt]\nenabled = true\nhost = "192.0.2.7"\nusername = "u"\npassword_file = "{secret}"\n'
     )
     cfg.write_text(remote)
-    clear = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)], timeout=60)
+    clear = run_main(["publish", "--config", str(cfg), "--store", str(tmp_path)])
     assert clear.returncode == 1 and clear.stderr.count("\n") == 1, clear.stderr
     assert (
         f"{cfg}:5: mqtt.password_file would go to 192.0.2.7 in clear: set mqtt.tls = true "
@@ -393,7 +392,7 @@ def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
     key.write_text("-----BEGIN PRIVATE KEY-----\n")
     key.chmod(0o644)
     cfg.write_text(f'[mqtt]\nenabled = true\ntls = true\ntls_cert = "{key}"\ntls_key = "{key}"\n')
-    leaky_key = run_cli(["publish", "--config", str(cfg), "--store", str(tmp_path)], timeout=60)
+    leaky_key = run_main(["publish", "--config", str(cfg), "--store", str(tmp_path)])
     assert leaky_key.returncode == 1
     assert f"mqtt.tls_key: {key} can be read by others (mode 644)" in leaky_key.stderr
 
@@ -411,7 +410,7 @@ def test_preview_the_depth_the_scene_or_both(
     from edge.publish import Publisher
     from edge.publish import topics as t
 
-    from .test_store_trust import frame
+    from .support.store import frame
 
     root = tmp_path / "store"
     root.mkdir(mode=0o755)
@@ -438,7 +437,7 @@ def test_a_preview_of_true_or_false_still_loads() -> None:
     for old, now in ((True, "depth"), (False, "off")):
         text = f"[mqtt]\nenabled = true\npreview = {str(old).lower()}\n"
         assert config_mod.parse(text, parts=("mqtt",)).mqtt.preview == now
-    with pytest.raises(config_mod.ConfigError, match=r"mqtt\.preview must be one of off, depth"):
+    with pytest.raises(ConfigError, match=r"mqtt\.preview must be one of off, depth"):
         config_mod.parse('[mqtt]\npreview = "scene"\n', parts=("mqtt",))
 
 

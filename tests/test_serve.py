@@ -12,13 +12,8 @@ import io
 import json
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,58 +21,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from .support import ROOT
-from .support.daemon import Command, DaemonProcess, frame_dirs
-from .test_daemon import write_config
+from .support import children
+from .support.daemon import daemon, frame_dirs, write_config
+from .support.serve import Serve, serving
 
-
-class Serve(Command):
-    """A `da3-edge serve` process; ``port`` read from its log line."""
-
-    def __init__(self, args: list[str], log: Path) -> None:
-        super().__init__("serve", ["--port", "0", *args], log)
-        self.port = 0
-        end = time.monotonic() + 20
-        while time.monotonic() < end and self.proc.poll() is None:
-            found = re.search(r"on http://[^:]+:(\d+)/", self.log)
-            if found:
-                self.port = int(found.group(1))
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"serve did not start:\n{self.log}")
-
-    def get(
-        self, path: str, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request("GET", path, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
-
-
-@contextmanager
-def serving(args: list[str], log: Path) -> Iterator[Serve]:
-    s = Serve(args, log)
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-SCENE = {"store": {"formats": ["png", "npz", "preview", "json", "rgb"]}}  # with the scene
-
-
-def daemon(
-    tmp_path: Path, store: Path, models: Path, sections: dict[str, dict[str, object]] | None = None
-) -> DaemonProcess:
-    """The real daemon on the fake camera, in a directory of its own (one per start);
-    ``sections`` add to its config."""
-    run = Path(tempfile.mkdtemp(dir=tmp_path, prefix="daemon-"))
-    cfg = write_config(run / "c.toml", "fake:fps:20", store, models, **(sections or {}))
-    return DaemonProcess(run, ["--config", str(cfg)])
+SCENE: dict[str, dict[str, object]] = {
+    "store": {"formats": ["png", "npz", "preview", "json", "rgb"]}  # with the scene
+}
 
 
 def test_the_newest_frame_its_files_and_its_status(small_models: Path, tmp_path: Path) -> None:
@@ -121,11 +71,11 @@ def test_the_newest_frame_its_files_and_its_status(small_models: Path, tmp_path:
     assert "Traceback" not in s.log, s.log
 
 
-def test_events_follow_the_store_frame_by_frame(small_models: Path, tmp_path: Path) -> None:
+def test_events_follow_the_store_frame_by_frame(fake_models: Path, tmp_path: Path) -> None:
     """/events: one event per written frame, in order, numbers as in the store."""
     store = tmp_path / "store"
     with (
-        daemon(tmp_path, store, small_models) as d,
+        daemon(tmp_path, store, fake_models) as d,
         serving(["--store", str(store)], tmp_path / "serve.log") as s,
     ):
         d.wait_for(lambda: frame_dirs(store), what="a frame")
@@ -153,30 +103,23 @@ def test_events_follow_the_store_frame_by_frame(small_models: Path, tmp_path: Pa
     assert ids == [f"{store_id}-{n}" for n in seqs]
 
 
-def test_healthz_follows_the_daemon_down_and_up(small_models: Path, tmp_path: Path) -> None:
+def test_healthz_follows_the_daemon_down_and_up(fake_models: Path, tmp_path: Path) -> None:
+    """Over HTTP, as the daemon starts, stops and starts again (each verdict's reasons:
+    ``test_health_names_what_is_wrong``)."""
     store = tmp_path / "store"
     cfg = write_config(
-        tmp_path / "c.toml", "fake:fps:20", store, small_models, serve={"max_age": 2.0}
+        tmp_path / "c.toml", "fake:fps:20", store, fake_models, serve={"max_age": 2.0}
     )
     with serving(["--config", str(cfg)], tmp_path / "serve.log") as s:
         code, _, body = s.get("/healthz")
         assert code == 503 and b"daemon not running" in body
-        with daemon(tmp_path, store, small_models) as d:
+        with daemon(tmp_path, store, fake_models) as d:
             d.wait_for(lambda: s.get("/healthz")[0] == 200, what="healthy")
             assert d.stop() == 0
         code, _, body = s.get("/healthz")
         assert code == 503 and b"daemon stopped" in body, body
-        with daemon(tmp_path, store, small_models) as d:
+        with daemon(tmp_path, store, fake_models) as d:
             d.wait_for(lambda: s.get("/healthz")[0] == 200, what="healthy again")
-            d.signal(signal.SIGSTOP)  # hung: status.json stops, frames stop
-            try:
-                end = time.monotonic() + 10
-                while time.monotonic() < end and s.get("/healthz")[0] == 200:
-                    time.sleep(0.2)
-                code, _, body = s.get("/healthz")
-            finally:
-                d.signal(signal.SIGCONT)
-            assert code == 503 and b"newest frame" in body, body
             assert d.stop() == 0
 
 
@@ -202,9 +145,9 @@ def test_an_empty_or_missing_store_says_so_on_every_endpoint(tmp_path: Path) -> 
 
 
 def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) -> None:
-    from .support.tools import run_cli
+    from .support.tools import run_main
 
-    proc = run_cli(["serve", "--host", "0.0.0.0", "--port", "0", "--store", str(tmp_path)])
+    proc = run_main(["serve", "--host", "0.0.0.0", "--port", "0", "--store", str(tmp_path)])
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "da3-edge: error: serve: refusing to listen on 0.0.0.0 without credentials; set "
@@ -215,7 +158,7 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
     token.chmod(0o644)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\ntoken_file = "{token}"\n')
-    proc = run_cli(["serve", "--config", str(cfg), "--host", "0.0.0.0", "--port", "0"])
+    proc = run_main(["serve", "--config", str(cfg), "--host", "0.0.0.0", "--port", "0"])
     assert proc.returncode == 1 and "can be read by others (mode 644); chmod 600" in proc.stderr
     token.chmod(0o600)
     users = tmp_path / "users"
@@ -240,31 +183,25 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
 
 
 def test_serve_imports_no_numpy_and_no_litert() -> None:
-    code = (
-        "import sys\n"
-        "import edge.commands.serve, edge.serve, edge.serve.app, edge.serve.auth, edge.follow\n"
-        "bad = [m for m in ('numpy', 'ai_edge_litert', 'PIL') if m in sys.modules]\n"
-        "print(bad)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    proc = children.run("serve-imports")
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_a_bad_port_is_one_line(port: str, tmp_path: Path) -> None:
-    from .support.tools import run_cli
+    from .support.tools import run_main
 
-    proc = run_cli(["serve", "--port", port, "--store", str(tmp_path)])
+    proc = run_main(["serve", "--port", port, "--store", str(tmp_path)])
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "serve.port must be 0 to 65535" in proc.stderr
 
 
-def test_metrics_parse_and_pass_promtool(small_models: Path, tmp_path: Path) -> None:
+def test_metrics_parse_and_pass_promtool(fake_models: Path, tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     store = tmp_path / "store"
     with (
-        daemon(tmp_path, store, small_models) as d,
+        daemon(tmp_path, store, fake_models) as d,
         serving(["--store", str(store)], tmp_path / "serve.log") as s,
     ):
         d.wait_for(lambda: len(frame_dirs(store)) >= 3, what="three frames")
@@ -323,14 +260,14 @@ def mjpeg_parts(port: int, view: str, count: int) -> list[bytes]:
 
 
 def test_mjpeg_stream_parts_are_whole_jpegs_of_new_frames_in_each_view(
-    small_models: Path, tmp_path: Path
+    fake_models: Path, tmp_path: Path
 ) -> None:
     """A daemon that writes the scene too ("rgb" in store.formats): frame.rgb.jpg in each
     frame, /latest.rgb.jpg, and each view of the stream whole JPEGs of new frames, the
     side-by-side one as wide as the scene and the depth together."""
     store = tmp_path / "store"
     with (
-        daemon(tmp_path, store, small_models, SCENE) as d,
+        daemon(tmp_path, store, fake_models, **SCENE) as d,
         serving(["--store", str(store)], tmp_path / "serve.log") as s,
     ):
         d.wait_for(lambda: frame_dirs(store), what="a frame")
@@ -359,7 +296,7 @@ def test_mjpeg_stream_parts_are_whole_jpegs_of_new_frames_in_each_view(
     assert diff > 20
 
 
-def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> None:
+def test_the_live_page_in_a_real_browser(fake_models: Path, tmp_path: Path) -> None:
     """Debian's chromium, driven by Playwright: the preview changes with the frames,
     the page reads the frame number, says relative and random-init; a screenshot is
     kept (.cache/tests/artifacts/serve-page.png)."""
@@ -371,7 +308,7 @@ def test_the_live_page_in_a_real_browser(small_models: Path, tmp_path: Path) -> 
     assert chromium, "chromium missing: .ci/run installs it (requirements/apt.txt)"
     store = tmp_path / "store"
     with (
-        daemon(tmp_path, store, small_models, SCENE) as d,
+        daemon(tmp_path, store, fake_models, **SCENE) as d,
         serving(["--store", str(store)], tmp_path / "serve.log") as s,
         sync_playwright() as pw,
     ):
@@ -460,3 +397,43 @@ def test_sigterm_with_a_stream_open_exits_promptly(tmp_path: Path) -> None:
     conn.close()
     print(f"stopped in {took:.2f} s with a stream open")
     assert code == 0 and took < 5, s.log
+
+
+def health_of(root: Path, status: dict[str, Any] | None, *, max_age: float = 2.0) -> str:
+    """serve's health verdict over ``root`` with ``status`` as its status.json."""
+    from edge import layout
+    from edge.serve.app import health
+    from edge.serve.hub import Hub
+
+    if status is not None:
+        (root / layout.STATUS).write_text(json.dumps(status))
+    ok, why = health(Hub(root, clients=1), max_age=max_age, status_every=1.0)
+    assert ok == why.startswith("ok: "), why
+    return why
+
+
+def test_health_names_what_is_wrong(tmp_path: Path) -> None:
+    """Each branch of /healthz's verdict, on a store written by hand: no daemon, a
+    stopped one, one no longer reporting, no frame yet, a stale frame (a hung camera or
+    core), and healthy."""
+    from .support.store import store
+
+    root = tmp_path / "empty"
+    root.mkdir()
+    assert health_of(root, None).startswith("daemon not running: no status.json in ")
+    assert health_of(root, {"state": "stopped"}) == "daemon stopped"
+    now = time.time()
+    running = {"state": "running", "updated_at_unix": now, "camera": {"state": "ok"},
+               "store": {"state": "ok"}}  # fmt: skip
+    stale = {**running, "updated_at_unix": now - 10}  # 3 x status_every + 2 = 5 s
+    assert health_of(root, stale) == "daemon not reporting: status.json older than 5 s"
+    assert health_of(root, running) == ("no frame yet (serve.max_age 2 s); camera ok, store ok")
+    root = store(tmp_path, seq=7)  # one frame, written now
+    assert health_of(root, running).startswith("ok: frame 7, ")
+    record = root / "frames" / "0000000007" / "frame.json"
+    record.write_text(json.dumps({"store_seq": 7, "t_written": now - 9}))
+    hung = {**running, "camera": {"state": "stalled", "reason": "no frame for 8 s"}}
+    assert health_of(root, hung).startswith("newest frame 9.")
+    assert health_of(root, hung).endswith(
+        "s old (serve.max_age 2 s); camera stalled (no frame for 8 s), store ok"
+    )

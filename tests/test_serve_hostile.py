@@ -27,8 +27,8 @@ from PIL import Image
 from edge import procfs
 from edge.serve.auth import Backoff
 
-from .test_serve import serving
-from .test_store_trust import frame, store
+from .support.serve import serving
+from .support.store import frame, store
 
 HEADER_TIMEOUT, SEND_TIMEOUT = 3.0, 3.0
 
@@ -65,7 +65,9 @@ def until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
     raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
-def get(port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10):
+def get(
+    port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("GET", path, headers=headers or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from PIL import Image
 from edge.parity import metrics
 
 from .support.photos import sized_photos
-from .support.tools import run_cli, tmpfs
+from .support.tools import run_cli, run_main, tmpfs
 
 GOOD = {
     # name: displayed (H, W)
@@ -40,7 +41,7 @@ FILES = (".depth.png", ".npz", ".preview.png", ".json")
 
 def _check_outputs(
     out: Path, stem: str, size: tuple[int, int], stages: str = "numpy"
-) -> dict[str, object]:
+) -> dict[str, Any]:
     h, w = size
     with Image.open(out / f"{stem}.depth.png") as png:
         assert png.mode in ("I;16", "I;16B", "I;16L", "I") and png.size == (w, h)
@@ -54,7 +55,7 @@ def _check_outputs(
     assert metrics(1.0 / depth, inv)["pearson"] > 0.999
     with Image.open(out / f"{stem}.preview.png") as preview:
         assert preview.mode == "P" and preview.size == (w, h)
-    meta = json.loads((out / f"{stem}.json").read_text())
+    meta: dict[str, Any] = json.loads((out / f"{stem}.json").read_text())
     assert meta["random_init"] is True and "NOT a real model" in meta["warning"]
     assert (
         meta["source_size"] == [h, w] and meta["stages"] == stages and meta["precision"] == "fp16"
@@ -213,7 +214,7 @@ def test_strict_shape_refuses_unexported_shapes(
     ],
 )
 def test_usage_errors_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
-    proc = run_cli(["snap", "x.jpg", *args, "-o", str(tmp_path)])
+    proc = run_main(["snap", "x.jpg", *args, "-o", str(tmp_path)])
     assert proc.returncode == 2
     assert message in proc.stderr
 

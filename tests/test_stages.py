@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def reference(
     work = tmp_path_factory.mktemp("preprocess")
     files = sorted((photos / "good").iterdir()) + [photo_path(n) for n in EXTRA]
     arrays = {f.name: images.load(f).rgb for f in files}
-    np.savez(work / "in.npz", **arrays)
+    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
     proc = subprocess.run(
         [
             str(export_env),
@@ -75,7 +76,7 @@ def sized_reference(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     work = tmp_path_factory.mktemp("preprocess-sizes")
     arrays = sized_photos()
-    np.savez(work / "in.npz", **arrays)
+    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
     module = "scripts.reference_preprocess"
     cmd = [str(export_env), "-m", module, str(work / "in.npz"), str(work / "out.npz")]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -85,7 +86,7 @@ def sized_reference(
 
 
 def test_executorch_preprocess_matches_da3(
-    executorch_runtime: Path, small_models: Path, sized_reference: dict
+    executorch_runtime: Path, small_models: Path, sized_reference: dict[str, Any]
 ) -> None:
     """The ExecuTorch pre program (da3-edge's runner) against DA3's own InputProcessor at
     the issue's sizes: max |d| <= one uint8 level (0.0175), mean |d| <= 1e-3."""
@@ -128,9 +129,12 @@ def test_executorch_postprocess_matches_numpy(
 
     calls: list[tuple[int, int]] = []
     real = numpy_stages._resize_float
-    monkeypatch.setattr(
-        numpy_stages, "_resize_float", lambda v, size: calls.append(size) or real(v, size)
-    )
+
+    def counted(v: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        calls.append(size)
+        return real(v, size)
+
+    monkeypatch.setattr(numpy_stages, "_resize_float", counted)
     stages = ExecuTorchStages(Manifest.load(small_models))
     rng = np.random.default_rng(0)
     worst = 0.0

@@ -26,34 +26,11 @@ from edge.config import MqttConfig
 from edge.publish import Publisher
 
 from .support import ROOT
+from .support.serve import serving
+from .support.store import frame, store
 from .support.tools import run_cli
-from .test_serve import serving
 
 SECRET = b"the service user's private key: -----BEGIN PRIVATE KEY----- 42"
-STORE_ID = "0123456789abcdef"
-
-
-def frame(directory: Path, seq: int, *, npz: bytes = b"NPZ", preview: bytes | None = None) -> Path:
-    """frames/<seq>/ as the daemon writes one: record, npz, preview."""
-    path = directory / f"{seq:010d}"
-    path.mkdir(parents=True)
-    record = {"store_seq": seq, "t_written": time.time(), "random_init": True}
-    (path / "frame.json").write_text(json.dumps(record))
-    (path / "frame.npz").write_bytes(npz)
-    if preview is not None:
-        (path / "frame.preview.png").write_bytes(preview)
-    return path
-
-
-def store(tmp_path: Path, *, seq: int = 42) -> Path:
-    """A store with one honest frame and ``latest`` at it."""
-    root = tmp_path / "store"
-    root.mkdir(mode=0o755)
-    os.chmod(root, 0o755)
-    frame(root / "frames", seq)
-    (root / "store-id").write_text(STORE_ID + "\n")
-    os.symlink(f"frames/{seq:010d}", root / "latest")
-    return root
 
 
 def point_latest(root: Path, target: str) -> None:
@@ -159,7 +136,7 @@ def test_a_store_id_with_a_newline_injects_no_header_or_event(tmp_path: Path) ->
         frame(root / "frames", 43)
         os.symlink("frames/0000000043", root / ".latest.new")
         os.replace(root / ".latest.new", root / "latest")
-        lines = []
+        lines: list[bytes] = []
         while len(lines) < 4:
             lines.append(resp.readline())
         conn.close()

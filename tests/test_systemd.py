@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from edge.systemd import Notifier
 
-from .support import ROOT
+from .support import children
 
 
 @pytest.fixture
@@ -197,21 +195,9 @@ def test_nothing_sent_after_close(listener: tuple[socket.socket, str]) -> None:
 
 def test_notify_from_another_process(listener: tuple[socket.socket, str]) -> None:
     sock, address = listener
-    code = (
-        "import os, sys\n"
-        "from edge.systemd import Notifier\n"
-        "n = Notifier.from_env()\n"
-        "assert n.enabled and n.watchdog_interval == 5.0, (n.enabled, n.watchdog_interval)\n"
-        "ok = n.ready(f'pid {os.getpid()}') and n.watchdog()\n"
-        "n.close()\n"
-        "print(os.getpid())\n"
-        "sys.exit(0 if ok else 3)\n"
-    )
     env = {k: v for k, v in os.environ.items() if k not in ("WATCHDOG_PID",)}
     env.update(NOTIFY_SOCKET=address, WATCHDOG_USEC="10000000")
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    proc = children.run("notify", env=env)
     assert proc.returncode == 0, proc.stderr
     pid = proc.stdout.strip()
     assert received(sock) == f"READY=1\nSTATUS=pid {pid}".encode()
@@ -223,11 +209,8 @@ def test_subprocess_with_foreign_watchdog_pid_does_not_see_a_watchdog(
 ) -> None:
     """A child that inherits the parent's WATCHDOG_PID is not the watched process."""
     _sock, address = listener
-    code = "from edge.systemd import Notifier\nprint(Notifier.from_env().watchdog_interval)\n"
     env = dict(os.environ, NOTIFY_SOCKET=address, WATCHDOG_USEC="10000000")
     env["WATCHDOG_PID"] = str(os.getpid())  # ours, not the child's
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    proc = children.run("watchdog-interval", env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "None"

@@ -11,6 +11,7 @@ requirements/apt.txt, which .ci/run installs first).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ status_every = 1.0
 
 
 @pytest.fixture(scope="module")
-def container(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Container:
+def container(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     for tool in ("mmdebstrap", "systemd-nspawn", "nsenter", "uv"):
         if shutil.which(tool) is None:
             skip_or_fail(f"{tool} is not installed (scripts/install-host-packages.sh)")

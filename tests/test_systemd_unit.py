@@ -19,6 +19,7 @@ import pytest
 
 from .support import ROOT
 from .support.tools import require_tool, skip_or_fail
+from .support.units import parse_unit
 
 UNIT = ROOT / "systemd" / "da3-edge.service"
 SERVE_UNIT = ROOT / "systemd" / "da3-edge-serve.service"
@@ -36,33 +37,6 @@ MAX_EXPOSURE = 1.5
 
 def systemd_analyze() -> str:
     return require_tool("systemd-analyze", "scripts/install-host-packages.sh systemd")
-
-
-def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
-    """Sections -> key -> every assignment in order (DeviceAllow= and friends repeat).
-
-    The subset of systemd.syntax(7) the unit uses: comments, sections, ``Key=value``,
-    backslash continuation lines.
-    """
-    sections: dict[str, dict[str, list[str]]] = {}
-    current: dict[str, list[str]] | None = None
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#;":
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1] + " "
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = sections.setdefault(line[1:-1], {})
-            continue
-        assert current is not None, f"assignment outside a section: {line!r}"
-        key, sep, value = line.partition("=")
-        assert sep, f"not an assignment: {line!r}"
-        current.setdefault(key.strip(), []).append(value.strip())
-    return sections
 
 
 def list_setting(values: list[str]) -> list[str]:

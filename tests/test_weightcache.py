@@ -177,4 +177,5 @@ def test_older_keys_of_a_model_are_pruned(fp32_path: Path, tmp_path: Path) -> No
         assert core.weight_cache_built
     assert not old.exists() and not Path(f"{old}.json").exists()
     assert other_flags.exists()
-    assert _caches(tmp_path) == sorted([core.weight_cache_file, other_flags])  # type: ignore[list-item]
+    assert core.weight_cache_file is not None
+    assert _caches(tmp_path) == sorted([core.weight_cache_file, other_flags])

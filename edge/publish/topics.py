@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge import __version__
+from edge.version import version
 
 ROOT = "da3edge"
 HA_PREFIX = "homeassistant"
@@ -210,9 +210,9 @@ def discovery(topics: Topics, *, preview: str) -> dict[str, Any]:
             "name": f"da3-edge {topics.device_id}",
             "mf": "da3-edge",
             "mdl": "Depth Anything 3 small (relative depth)",
-            "sw": __version__,
+            "sw": version(),
         },
-        "o": {"name": "da3-edge", "sw": __version__},
+        "o": {"name": "da3-edge", "sw": version()},
         "cmps": cmps,
         "state_topic": topics.stats,
         "availability_topic": topics.availability,

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from edge import __version__
 from edge.serve.hub import Hub, Newest
+from edge.version import version
 
 P = "da3edge_"
 # Seconds: a Pi 5 core is ~0.16-0.4 s, the end-to-end latency up to a few seconds.
@@ -109,7 +109,7 @@ class _FromStatus(Collector):
         model = status.get("model") or {}
         info = InfoMetricFamily(P + "build", "Version, model and how it runs")
         info.add_metric([], {
-            "version": __version__,
+            "version": version(),
             "model": str(model.get("model", "")),
             "precision": str(model.get("precision", "")),
             "stages": str(model.get("stages", "")),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +49,10 @@ class Notifications:
         self.sock.close()
 
 
+RUN = ("-m", "edge", "run")
+FAKE_CORES = ("-m", "tests.support.fakedaemon")
+
+
 class DaemonProcess:
     def __init__(
         self,
@@ -55,7 +61,10 @@ class DaemonProcess:
         *,
         watchdog_usec: int | None = None,
         env: dict[str, str] | None = None,
+        command: tuple[str, ...] = RUN,
     ) -> None:
+        """``python COMMAND ARGS``: the daemon (``da3-edge run``), or with
+        ``command=FAKE_CORES`` the same daemon with FakeCores (tests.support.fakedaemon)."""
         self.notify = Notifications(tmp / "notify.sock")
         self.log_path = tmp / "daemon.log"
         full_env = {
@@ -70,7 +79,7 @@ class DaemonProcess:
         full_env.update(env or {})
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge", "run", *args],
+            [sys.executable, *command, *args],
             cwd=ROOT,
             env=full_env,
             stdout=self._log,
@@ -157,3 +166,49 @@ class Command:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def write_config(
+    path: Path, source: str, store_dir: Path, models: Path, **extra: dict[str, object]
+) -> Path:
+    sections: dict[str, dict[str, object]] = {
+        "camera": {
+            "source": source,
+            "width": 320,
+            "height": 240,
+            "timeout": 1.0,
+            "stall_after": 2.0,
+            "backoff_min": 0.2,
+            "backoff_max": 1.0,
+        },
+        "model": {"dir": str(models), "threads": 1},
+        "store": {"dir": str(store_dir), "keep_frames": 5},
+        "daemon": {"stuck_after": 4.0, "status_every": 0.5},
+    }
+    for name, values in extra.items():
+        sections.setdefault(name, {}).update(values)
+    lines = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def daemon(
+    tmp: Path, store_dir: Path, models: Path, source: str = "fake:fps:20", /,
+    **sections: dict[str, object],
+) -> DaemonProcess:  # fmt: skip
+    """The daemon on ``source`` writing ``store_dir``, in a directory of its own under
+    ``tmp`` (one per start); ``sections`` add to its config (``write_config``). With a
+    folder ``edge.fakecore.fake_models`` wrote it runs FakeCores (tests.support.
+    fakedaemon: for tests of what reads the store), with exported models LiteRT
+    (``da3-edge run``)."""
+    from edge.fakecore import FAKE_WEIGHTS
+    from edge.models import Manifest
+
+    run = Path(tempfile.mkdtemp(dir=tmp, prefix="daemon-"))
+    cfg = write_config(run / "c.toml", source, store_dir, models, **sections)
+    fake = all(a.weights == FAKE_WEIGHTS for a in Manifest.load(models).cores())
+    return DaemonProcess(run, ["--config", str(cfg)], command=FAKE_CORES if fake else RUN)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -58,6 +59,18 @@ def run_cli(
         proc.stdout.decode(errors="replace"),
         proc.stderr.decode(errors="replace"),
     )
+
+
+def run_main(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """`da3-edge ARGS` in this process (``edge.cli.main``), its output captured: for
+    refusals that come before any work, where a fresh process would add only its start.
+    (Commands that run, or whose exit path matters, go through ``run_cli``.)"""
+    from edge import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(args)
+    return subprocess.CompletedProcess(["da3-edge", *args], code, out.getvalue(), err.getvalue())
 
 
 @contextlib.contextmanager
