@@ -135,111 +135,17 @@ FIRMWARE = {
 }
 META_DATA = f"instance-id: {INSTANCE}\n"
 
-# Run in the VM after each boot, as root: cloud-init's verdict, then what the boot left
-# (at @WAIT@, what ``check`` puts there).
-CHECK = f"""
-out=/job
-timeout {INSTALL_S} cloud-init status --wait --long >$out/cloud-init.txt 2>&1
-echo $? >$out/cloud-init.rc  # 124: cloud-init had not finished (or never started)
-# The user-data the card holds, checked by this cloud-init's own schema (the VM's 25.1).
-cloud-init schema --system >$out/schema.txt 2>&1
-echo $? >$out/schema.rc
-# Is MemoryMax= enforced at all, and is doctor ready: both beside the wait below (the
-# daemon's core uses one of the two CPUs; these take most of a minute emulated).
-{{
-    # A transient unit asks for 256 MiB under a 64 MiB limit.
-    systemd-run --wait -p MemoryMax=64M -p MemorySwapMax=0 /usr/bin/python3 -c \\
-        'x = b"1" * (256 << 20); print("allocated", len(x))' >$out/oom.txt 2>&1
-    echo $? >$out/oom.rc
-    runuser -u da3-edge -- env DA3_EDGE_MODELS=/var/lib/da3-edge/models \\
-        /opt/da3-edge/venv/bin/da3-edge doctor >$out/doctor.txt 2>&1
-    echo $? >$out/doctor.rc
-}} &
-beside=$!
-@WAIT@
-wait $beside
-ls -A /run/da3-edge/frames >$out/frames.txt 2>&1
-cp /run/da3-edge/status.json $out/status.json 2>/dev/null
-systemctl show -p ActiveState -p NRestarts -p MemoryMax -p MemoryPeak -p User da3-edge >$out/unit.txt
-systemctl is-enabled da3-edge da3-edge-serve da3-edge-publish >$out/enabled.txt 2>&1
-systemctl is-active da3-edge da3-edge-serve >$out/active.txt 2>&1
-cg=/sys/fs/cgroup/system.slice/da3-edge.service
-{{
-    echo "fs: $(stat -fc %T /sys/fs/cgroup)"
-    for f in memory.max memory.peak memory.events; do echo "$f: $(tr '\\n' ' ' <$cg/$f)"; done
-}} >$out/cgroup.txt 2>&1
-python3 - >$out/healthz.txt 2>&1 <<'PY'
-import urllib.error, urllib.request
-try:  # 200, or 503 once the newest frame is older than serve.max_age (10 s; a frame takes longer here)
-    r = urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=30)
-except urllib.error.HTTPError as e:
-    r = e
-print(r.status, r.read().decode().strip())
-PY
-{{ id {USER}; hostname; ls /home; cat /home/{USER}/.ssh/authorized_keys; }} >$out/user.txt 2>&1
-{{ cat /etc/netplan/50-cloud-init.yaml; nmcli -t -f NAME,TYPE connection show; }} >$out/network.txt 2>&1
-cp /var/log/imager-runcmd.txt $out/ 2>/dev/null
-cp /var/log/da3-edge-install.log /var/log/cloud-init-output.log $out/ 2>/dev/null
-journalctl -u da3-edge -b --no-pager -o cat | tail -n 40 >$out/journal.txt
-# What the install owns: content, owner, mode, link target (scripts/arm/installer-check.sh).
-cd /
-{{
-    find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -type f -print0 \\
-        | sort -z | xargs -0 sha256sum
-    find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -printf '%M %U:%G %p -> %l\\n' | sort
-    grep -E '^(da3-edge|{USER}):' /etc/passwd /etc/group
-}} >$out/snapshot.txt
-"""
 
-
-def check(boot: int) -> str:
-    """CHECK for boot 1 (waits for the fake camera's first frames) or boot 2 (waits for
-    the unit to be up; its frames come from the camera's daemon after)."""
-    if boot == 1:
-        wait = f"""n=0
-until [ "$(ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{{10}}$')" -ge {FRAMES} ] \\
-    || [ $n -ge {FRAME_WAIT_S} ]; do
-    sleep 1; n=$((n + 1))
-done"""
-    else:
-        wait = f"""n=0
-until systemctl is-active -q da3-edge || [ $n -ge {UP_WAIT_S} ]; do
-    sleep 1; n=$((n + 1))
-done"""
-    return CHECK.replace("@WAIT@", wait, 1)
-
-
-# Boot 2, after CHECK: the camera's turn on the installed system (vm.CAMERA_JOB's
-# set-up and ``daemon``). The fake camera's daemon is stopped first: its frames under
-# TCG would take the CPU the parts need.
-CAMERA = (
-    vm.CAMERA_JOB
-    + """
-systemctl stop da3-edge
-
-libcamera() {
-    echo "heaps: $(ls /dev/dma_heap) udmabuf: $(ls /dev/udmabuf)"
-    uname -r
-    cam --list
-    python3 /opt/src/tests/support/vm_guest/capture.py @W@ @H@
-}
-
-source() {
-    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 $PY /opt/src/tests/support/vm_guest/source.py \
-        @W@ @H@ @SMALL@ "$@"
-}
-
-part nocamera source none  # before the virtual camera exists: what a Pi without one says
-virtual_camera
-part libcamera libcamera
-part source source open
-part wrongindex source index1  # a Pi 5's second connector, empty here
-part controls source controls
-part small source small
-part cpu source cpu
-"""
-    + f"part daemon daemon {DAEMON_FRAMES} {DAEMON_WAIT_S}\n"
-)
+def job(boot: int, small: tuple[int, int]) -> str:
+    """run.sh for a boot: vm_guest/check.sh (boot 1 waits for the fake camera's first
+    frames, boot 2 for the unit to be up), and at boot 2 the camera's parts after it."""
+    settings = vm.variables(
+        BOOT=boot, INSTALL_S=INSTALL_S, FRAMES=FRAMES, FRAME_WAIT_S=FRAME_WAIT_S,
+        UP_WAIT_S=UP_WAIT_S, VM_USER=USER, W=W, H=H, SMALL=f"{small[0]}x{small[1]}",
+        DAEMON_FRAMES=DAEMON_FRAMES, DAEMON_WAIT_S=DAEMON_WAIT_S,
+    )  # fmt: skip
+    parts = ["check.sh"] + (["camera-job.sh", "camera-parts.sh"] if boot == 2 else [])
+    return settings + "".join(vm.guest(part) for part in parts)
 
 
 def photo() -> Image.Image:
@@ -309,12 +215,10 @@ def boots(small_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[
     photo().save(buf, "JPEG", quality=95)
     small = small_stream(small_models)
     camera_files = vm.camera_job(buf.getvalue(), W, H, small_models)
-    camera = CAMERA.replace("@W@", str(W)).replace("@H@", str(H))
-    camera = camera.replace("@SMALL@", f"{small[0]}x{small[1]}")
     results = []
     for n in (1, 2):
         result = vm.run(
-            check(n) + (camera if n == 2 else ""),
+            job(n, small),
             camera_files if n == 2 else None,
             timeout=INSTALL_S + FRAME_WAIT_S + 300 if n == 1 else UP_WAIT_S + DAEMON_WAIT_S + 600,
             memory_mib=2048,
