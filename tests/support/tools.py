@@ -70,7 +70,7 @@ def run_main(args: list[str]) -> subprocess.CompletedProcess[str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(args)
-    return subprocess.CompletedProcess(["da3-edge", *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 @contextlib.contextmanager
