@@ -1,4 +1,5 @@
-"""`da3-edge publish` against a real mosquitto broker, fed by the real daemon.
+"""`da3-edge publish` against a real mosquitto broker, fed by the real daemon (with
+FakeCores where the model is not the subject: tests/support/fakedaemon.py).
 
 Each test starts its own broker on 127.0.0.1 and a free port with a password file
 (mosquitto_passwd), a real paho subscriber, and `python -m edge publish` as a process.

@@ -1,7 +1,8 @@
 """`da3-edge serve` as a real process over a store the real daemon writes.
 
-HTTP through the standard library's client against serve's real uvicorn; the
-daemon is `python -m edge run` on the fake camera with the small exported model.
+HTTP through the standard library's client against serve's real uvicorn; the daemon
+runs on the fake camera, with FakeCores (tests/support/fakedaemon.py) where the model is
+not the subject, and once with the small exported model (`python -m edge run`).
 """
 
 from __future__ import annotations
