@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import ROOT
-from tests.support.broker import free_port
+from tests.support.broker import Broker
 
 
 class Delays:
@@ -69,23 +68,6 @@ class Delays:
         self.client.loop_stop()
 
 
-def broker(work: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """An anonymous mosquitto on a free loopback port, once it accepts connections."""
-    port = free_port()
-    conf = work / "mosquitto.conf"
-    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\n")
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    end = time.monotonic() + 10
-    while time.monotonic() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, port
-        time.sleep(0.05)
-    proc.terminate()
-    raise SystemExit("mosquitto did not accept connections within 10 s")
-
-
 def publisher(work: Path, store: Path, cfg: Path) -> subprocess.Popen[bytes]:
     """``da3-edge publish`` on ``store``, once it says it is connected (10 s at most)."""
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
@@ -106,7 +88,8 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
     from edge import bench, procfs
     from edge.stats import nearest_rank
 
-    mosquitto, port = broker(work)
+    mosquitto = Broker(work / "broker", users=None)
+    port = mosquitto.port
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work)) / "store"
     delays = Delays(port, store)
     cfg = work / "c.toml"
@@ -127,8 +110,7 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
         pub.terminate()
         pub.wait(10)
         delays.close()
-        mosquitto.terminate()
-        mosquitto.wait(10)
+        mosquitto.stop()
         shutil.rmtree(store.parent, ignore_errors=True)
     steady = delays.ms[args.warmup :] or delays.ms
     messages = delays.received  # states, stats, previews, availability, discovery

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -76,12 +76,11 @@ def run_stages(models: Path, out: Path) -> None:
 
 
 def make_photos(out: Path) -> None:
-    import skimage
+    from tests.support.photos import photo_path  # on the host only: the guest lacks skimage
 
-    data = Path(skimage.__file__).parent / "data"
     out.mkdir(parents=True, exist_ok=True)
     for name in PHOTOS:
-        with Image.open(data / name) as im:
+        with Image.open(photo_path(name)) as im:
             im.convert("RGB").resize(PHOTO_SIZE, Image.Resampling.LANCZOS).save(out / name)
 
 

@@ -20,27 +20,28 @@ def free_port() -> int:
 
 
 class Broker:
-    """``mosquitto -c`` on 127.0.0.1; ``stop``/``start`` keep the port (a broker restart)."""
+    """``mosquitto -c`` on 127.0.0.1; ``stop``/``start`` keep the port (a broker restart).
+    ``users`` None: anonymous clients allowed (the benchmarks' broker)."""
 
     def __init__(
-        self, tmp: Path, users: dict[str, str], tls: tuple[Path, Path, Path] | None = None
+        self,
+        tmp: Path,
+        users: dict[str, str] | None,
+        tls: tuple[Path, Path, Path] | None = None,
     ) -> None:
         mosquitto = require_tool("mosquitto", "scripts/install-host-packages.sh mosquitto")
-        passwd = require_tool("mosquitto_passwd", "scripts/install-host-packages.sh mosquitto")
+        tmp.mkdir(parents=True, exist_ok=True)
         self.tmp, self.port, self.mosquitto = tmp, free_port(), mosquitto
-        passwords = tmp / "passwords"
-        passwords.touch(mode=0o600)
-        for user, password in users.items():
-            subprocess.run([passwd, "-b", str(passwords), user, password], check=True,
-                           capture_output=True)  # fmt: skip
         lines = [
             "user root",  # run as root in CI: keep reading these root-owned files
             f"listener {self.port} 127.0.0.1",
-            "allow_anonymous false",
-            f"password_file {passwords}",
             "persistence false",  # a restart forgets retained messages: they must be re-sent
             "log_dest stderr",
         ]
+        if users is None:
+            lines.append("allow_anonymous true")
+        else:
+            lines += ["allow_anonymous false", f"password_file {self._passwords(users)}"]
         if tls is not None:
             ca, cert, key = tls
             lines += [f"cafile {ca}", f"certfile {cert}", f"keyfile {key}"]
@@ -49,6 +50,15 @@ class Broker:
         self.log = tmp / "mosquitto.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
+
+    def _passwords(self, users: dict[str, str]) -> Path:
+        passwd = require_tool("mosquitto_passwd", "scripts/install-host-packages.sh mosquitto")
+        passwords = self.tmp / "passwords"
+        passwords.touch(mode=0o600)
+        for user, password in users.items():
+            subprocess.run([passwd, "-b", str(passwords), user, password], check=True,
+                           capture_output=True)  # fmt: skip
+        return passwords
 
     def start(self) -> None:
         with open(self.log, "ab") as log:  # the child keeps its own copy of the fd
