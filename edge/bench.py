@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,26 +67,27 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 @dataclass
 class RunResult:
+    size: int | None  # the cores' long side (None: the pipeline's default)
     precision: str
     stages: str
     threads: int
     load_ms: float
     samples_ms: dict[str, list[float]] = field(default_factory=dict)
     error: str | None = None
+    shape: tuple[int, int] | None = None  # the core shape the image ran at
 
     def summary(self) -> dict[str, Any]:
-        if self.error:
-            return {
-                "precision": self.precision,
-                "stages": self.stages,
-                "threads": self.threads,
-                "error": self.error,
-            }
-        total = self.samples_ms["total"]
-        return {
+        key = {
+            "size": self.size,
+            "shape": list(self.shape) if self.shape else None,
             "precision": self.precision,
             "stages": self.stages,
             "threads": self.threads,
+        }
+        if self.error:
+            return key | {"error": self.error}
+        total = self.samples_ms["total"]
+        return key | {
             "load_ms": round(self.load_ms, 2),
             "total_ms": {k: round(v, 2) for k, v in percentiles(total).items()},
             "images_per_s": round(1000.0 / statistics.fmean(total), 3),
@@ -101,6 +103,7 @@ def run_pipeline(
     threads: int,
     iterations: int,
     warmup: int,
+    size: int | None = None,
 ) -> RunResult:
     """Warm-up, then ``iterations`` full passes: decode, preprocess, core,
     postprocess, write (render + write all formats into a temporary directory)."""
@@ -108,13 +111,17 @@ def run_pipeline(
 
     t0 = time.perf_counter()
     try:
-        pipe = Pipeline.load(PipelineSpec(models, precision, stages, threads))
+        pipe = Pipeline.load(PipelineSpec(models, precision, stages, threads, size=size))
         still = images.load(image, name="bench")
-        pipe.core(pipe.choose(still.size)[1])  # open (and hash-check) the model
+        shape = pipe.choose(still.size)[1]
+        pipe.core(shape)  # open (and hash-check) the model
     except EdgeError as exc:
-        return RunResult(precision, stages, threads, 0.0, error=str(exc))
+        return RunResult(size, precision, stages, threads, 0.0, error=str(exc))
     load_ms = (time.perf_counter() - t0) * 1000
-    result = RunResult(precision, stages, threads, load_ms, {s: [] for s in (*STAGES, "total")})
+    result = RunResult(
+        pipe.size, precision, stages, threads, load_ms, {s: [] for s in (*STAGES, "total")},
+        shape=shape,
+    )  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="da3-edge-bench-"))
     try:
         with pipe:
@@ -153,24 +160,29 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "seconds": time.per
 
 
 def cold_still(
-    argv: list[str], cwd: Path | None = None, *, trace: bool = False
+    argv: list[str],
+    cwd: Path | None = None,
+    *,
+    trace: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, float | None]:
-    """Run ``argv`` (absolute executable first) in a fresh process; its wall seconds
-    and peak RSS in MiB. ``trace``: also, from its ``edge.trace`` marks (None where it
-    made none), ``load_ms`` (the model's open to ready) and ``to_depth_ms`` (the
-    pipeline loaded to the first core run done: decoding, the model's load,
-    preprocessing and the run; no postprocessing, no writing)."""
-    env = dict(os.environ)
+    """Run ``argv`` (absolute executable first) in a fresh process, with ``env`` over
+    this one's environment; its wall seconds and peak RSS in MiB. ``trace``: also, from
+    its ``edge.trace`` marks (None where it made none), ``load_ms`` (the model's open
+    to ready) and ``to_depth_ms`` (the pipeline loaded to the first core run done:
+    decoding, the model's load, preprocessing and the run; no postprocessing, no
+    writing)."""
+    child_env = {**os.environ, **(env or {})}
     marks = None
     if trace:
         fd, name = tempfile.mkstemp(prefix="da3-edge-trace-", suffix=".jsonl")
         os.close(fd)
         marks = Path(name)
-        env["DA3_EDGE_TRACE"] = str(marks)
+        child_env["DA3_EDGE_TRACE"] = str(marks)
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _SPAWN, *argv],
-            cwd=cwd, capture_output=True, text=True, check=False, env=env,
+            cwd=cwd, capture_output=True, text=True, check=False, env=child_env,
         )  # fmt: skip
         spans = _trace_spans(marks.read_text()) if marks else {}
     finally:

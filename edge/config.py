@@ -21,7 +21,7 @@ from typing import Any
 
 from edge.errors import ConfigError
 from edge.layout import DEFAULT_FORMATS, FORMATS
-from edge.models import PRECISIONS
+from edge.models import MAX_SIZE, MIN_SIZE, PATCH, PRECISIONS, check_size
 from edge.stages import BACKENDS
 
 STAGES = tuple(BACKENDS)
@@ -53,6 +53,7 @@ class CameraConfig:
 class ModelConfig:
     dir: str = ""
     precision: str = "fp16"
+    size: int = 0  # the cores' long side; 0: 504 when exported, else the only size there
     stages: str = "numpy"
     threads: int = 0
     weight_cache: str = "auto"
@@ -280,6 +281,14 @@ def _validate_daemon(config: Config, fail: Fail) -> None:
         fail(
             "model", "precision", f"must be one of {', '.join(PRECISIONS)}, not {model.precision!r}"
         )
+    if model.size:
+        try:
+            check_size(model.size)
+        except ValueError:
+            fail(
+                "model", "size", f"must be 0 (504 when exported, else the only size) or a "
+                f"multiple of {PATCH} from {MIN_SIZE} to {MAX_SIZE}, not {model.size}"
+            )  # fmt: skip
     if model.stages not in STAGES:
         fail("model", "stages", f"must be one of {', '.join(STAGES)}, not {model.stages!r}")
     if model.threads < 0:
@@ -397,6 +406,7 @@ class Overrides:
     store: str | None = None
     models: str | None = None
     precision: str | None = None
+    size: int | None = None
     stages: str | None = None
     threads: int | None = None
 
@@ -409,7 +419,7 @@ def with_overrides(config: Config, overrides: Overrides) -> Config:
         camera = replace(camera, source=o.source)
     if o.models is not None:
         model = replace(model, dir=o.models)
-    for key in ("precision", "stages", "threads"):
+    for key in ("precision", "size", "stages", "threads"):
         if getattr(o, key) is not None:
             model = replace(model, **{key: getattr(o, key)})
     if o.store is not None:

@@ -31,8 +31,11 @@ FORMAT = 1
 ENV_MODELS = "DA3_EDGE_MODELS"
 PRECISIONS = ("fp32", "fp16", "int8")
 PATCH = 14
-LONGEST_SIDE = 504
-DEFAULT_SHAPES = ((378, 504), (504, 378), (280, 504), (504, 280))
+LONGEST_SIDE = 504  # DA3's own processing size: the default size
+# A size is the core's long side, a multiple of PATCH: from 4 patches to twice DA3's.
+MIN_SIZE, MAX_SIZE = 4 * PATCH, 2 * LONGEST_SIDE
+# The aspect ratios exported at each size (H:W): photos and video, either way up.
+ASPECTS = ((3, 4), (4, 3), (9, 16), (16, 9))
 
 
 def default_models_dir() -> Path:
@@ -66,11 +69,35 @@ def da3_shape(height: int, width: int, longest: int = LONGEST_SIDE) -> tuple[int
     return _nearest_multiple(height), _nearest_multiple(width)
 
 
+def check_size(size: int) -> int:
+    """``size`` if it is a size a core can have; ValueError saying what one is."""
+    if size % PATCH or not MIN_SIZE <= size <= MAX_SIZE:
+        raise ValueError(
+            f"size {size}: the core's long side must be a multiple of {PATCH} "
+            f"from {MIN_SIZE} to {MAX_SIZE} ({LONGEST_SIDE} is DA3's own)"
+        )
+    return size
+
+
+def size_shapes(size: int) -> tuple[tuple[int, int], ...]:
+    """The core shapes exported at ``size``: DA3's shape for each of ASPECTS
+    (504 -> 378x504, 504x378, 280x504, 504x280; 280 -> 210x280, 280x210, 154x280, ...)."""
+    return tuple(da3_shape(h, w, check_size(size)) for h, w in ASPECTS)
+
+
+def size_of(shape: tuple[int, int]) -> int:
+    """A core shape's size: its long side."""
+    return max(shape)
+
+
 def _nearest_multiple(x: int, p: int = PATCH) -> int:
     down = (x // p) * p
     up = down + p
     # DA3 allows 1 here (then fails in the patch embedding); a side is at least one patch.
     return max(p, up if up - x <= x - down else down)
+
+
+DEFAULT_SHAPES = size_shapes(LONGEST_SIDE)
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -232,6 +259,10 @@ class Manifest:
 
     def cores(self) -> list[Artifact]:
         return sorted((a for a in self.artifacts if a.kind == "core"), key=_order)
+
+    def sizes(self, precision: str | None = None) -> list[int]:
+        """The sizes (long sides) of the cores there are (of ``precision``, if given)."""
+        return sorted({size_of(a.shape) for a in self.cores() if precision in (None, a.precision)})
 
     def artifact_path(self, artifact: Artifact) -> Path:
         return self.directory / artifact.file

@@ -1,10 +1,11 @@
 """``Pipeline``: an image in, a ``DepthFrame`` out.
 
 decode -> preprocess (stages backend) -> core (LiteRT, one model per input shape)
--> postprocess (back to the source size). The core shape comes from DA3's rule
-(``models.da3_shape``); when that exact shape was not exported, the exported shape
-with the nearest aspect ratio is used (the image is resized to it, not cropped) and
-both are recorded in the frame. ``strict_shape=True`` refuses instead.
+-> postprocess (back to the source size). A pipeline runs the cores of one size (their
+long side: DA3's 504 by default, smaller for speed). The core shape comes from DA3's
+rule at that size (``models.da3_shape``); when that exact shape was not exported, the
+shape of that size with the nearest aspect ratio is used (the image is resized to it,
+not cropped) and both are recorded in the frame. ``strict_shape=True`` refuses instead.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from edge.coreproc import ProcessCore
 from edge.depth import DepthFrame
 from edge.errors import ModelNotFound, ShapeError
 from edge.litert import require_litert_cpu
-from edge.models import Artifact, Manifest, da3_shape, resolve_models_dir
+from edge.models import (
+    LONGEST_SIDE,
+    Artifact,
+    Manifest,
+    da3_shape,
+    resolve_models_dir,
+    size_of,
+)
 
 _PIXEL = np.zeros((1, 1, 3), dtype=np.uint8)  # what a Job's still keeps of its pixels
 
@@ -63,6 +71,34 @@ def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> 
     return min(available, key=key)
 
 
+def pick_size(manifest: Manifest, precision: str, asked: int | None) -> int:
+    """The size a pipeline runs: ``asked``; unasked, DA3's 504 when exported, else the
+    folder's only size. A size not there is an error naming the export command, never
+    another size."""
+    have = manifest.sizes(precision)
+    if not have:
+        there = sorted({a.precision for a in manifest.cores()})
+        raise ModelNotFound(
+            f"{manifest.directory}: no {precision} models "
+            f"(have: {', '.join(there) or 'none'}); export them with "
+            f"`da3-edge export --precision {precision}` or pick --precision"
+        )
+    listed = ", ".join(map(str, have))
+    if asked is None:
+        if LONGEST_SIDE in have or len(have) == 1:
+            return LONGEST_SIDE if LONGEST_SIDE in have else have[0]
+        raise ModelNotFound(
+            f"{manifest.directory}: {precision} models of sizes {listed}, none of "
+            f"{LONGEST_SIDE}: choose one with --size (config model.size)"
+        )
+    if asked not in have:
+        raise ModelNotFound(
+            f"{manifest.directory}: no {precision} models of size {asked} (have {listed}); "
+            f"export them with `da3-edge export --size {asked}`"
+        )
+    return asked
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     """How to open a pipeline: the model directory and how to run its models."""
@@ -83,6 +119,7 @@ class PipelineSpec:
     # Several workers (each its own process and interpreter) compute different
     # images at once; ``threads`` is then per worker (see Pipeline.worker_threads).
     workers: int = 1
+    size: int | None = None  # the cores' long side (pick_size); None: 504 or the only one
 
     def __post_init__(self) -> None:
         if self.workers < 1 or (self.workers > 1 and not self.core_process):
@@ -122,14 +159,12 @@ class Pipeline(Closing):
         # Cores are opened on first use, each from a CoreSpec: in this process, in a
         # worker process, or (tests) as a FakeCore.
         self._open_core: OpenCore = open_core or (ProcessCore if spec.core_process else Core)
-        self._artifacts = {a.shape: a for a in manifest.cores() if a.precision == spec.precision}
-        if not self._artifacts:
-            have = sorted({a.precision for a in manifest.cores()})
-            raise ModelNotFound(
-                f"{manifest.directory}: no {spec.precision} models "
-                f"(have: {', '.join(have) or 'none'}); export them with "
-                f"`da3-edge export --precision {spec.precision}` or pick --precision"
-            )
+        self.size = pick_size(manifest, spec.precision, spec.size)
+        self._artifacts = {
+            a.shape: a
+            for a in manifest.cores()
+            if a.precision == spec.precision and size_of(a.shape) == self.size
+        }
         self._cores: dict[tuple[tuple[int, int], int], CoreLike] = {}
 
     @classmethod
@@ -152,11 +187,16 @@ class Pipeline(Closing):
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
+        """The core shapes this pipeline runs (its precision, its size)."""
         return sorted(self._artifacts)
+
+    @property
+    def artifacts(self) -> list[Artifact]:
+        return [self._artifacts[shape] for shape in self.shapes]
 
     def choose(self, size: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
         """(wanted, used) core shapes for an image of ``size`` (H, W)."""
-        wanted = da3_shape(*size)
+        wanted = da3_shape(*size, self.size)
         if wanted in self._artifacts:
             return wanted, wanted
         if self.spec.strict_shape:

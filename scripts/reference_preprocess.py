@@ -3,10 +3,11 @@
 
 Run in the export environment (torch, depth-anything-3, opencv-python-headless):
 
-    .venv-export/bin/python -m scripts.reference_preprocess INPUTS.npz OUTPUTS.npz
+    .venv-export/bin/python -m scripts.reference_preprocess INPUTS.npz OUTPUTS.npz [SIZE]
 
 INPUTS.npz holds (H, W, 3) uint8 RGB arrays; OUTPUTS.npz gets, under the same keys,
-the (3, h, w) float32 tensors DA3 feeds its network (``upper_bound_resize`` to 504:
+the (3, h, w) float32 tensors DA3 feeds its network (``upper_bound_resize`` to SIZE,
+its ``process_res``, 504 unless given:
 cv2 INTER_AREA to shrink, INTER_CUBIC to enlarge, sides to multiples of 14, ImageNet
 mean/std).
 
@@ -73,6 +74,7 @@ class CenterCrop:
 
 def main(argv: list[str]) -> int:
     inputs, outputs = Path(argv[0]), Path(argv[1])
+    size = int(argv[2]) if len(argv) > 2 else 504
     ensure_torchvision()
     from depth_anything_3.utils.io.input_processor import InputProcessor
 
@@ -81,7 +83,7 @@ def main(argv: list[str]) -> int:
     with np.load(inputs) as data:
         for key in data.files:
             tensor, _, _, _ = processor._process_one(
-                data[key], process_res=504, process_res_method="upper_bound_resize"
+                data[key], process_res=size, process_res_method="upper_bound_resize"
             )
             results[key] = tensor.numpy().astype(np.float32)
     np.savez(outputs, **results)

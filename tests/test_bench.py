@@ -36,6 +36,8 @@ def test_bench_json_runtime_env(small_models: Path) -> None:
     assert {(r["precision"], r["threads"]) for r in numpy_runs} == {
         (p, t) for p in ("fp32", "fp16", "int8") for t in (1, 2)
     }
+    # The small models' one size, and the shape the 1200x1600 image ran at.
+    assert {(r["size"], tuple(r["shape"])) for r in numpy_runs} == {(182, (140, 182))}
     for run in numpy_runs:
         assert len(run["samples_ms"]["total"]) == 3
         assert run["total_ms"]["p50"] > 0 and run["images_per_s"] > 0
@@ -46,7 +48,7 @@ def test_bench_json_runtime_env(small_models: Path) -> None:
     et = [r for r in data["runs"] if r["stages"] == "executorch"]
     assert et and all("install-executorch" in r.get("error", "") for r in et)
     for precision in ("fp32", "fp16", "int8"):
-        modes = data["cold_still"][precision]
+        modes = data["cold_still"]["182"][precision]
         assert list(modes) == ["off", "first", "warm"]
         for cold in modes.values():
             assert cold["seconds"] > 0 and 50 < cold["peak_rss_mib"] < 4096
@@ -76,7 +78,7 @@ def test_bench_table_and_executorch(executorch_runtime: Path, small_models: Path
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("da3-edge ") and "cores" in lines[0]
     assert "RANDOM-INIT models (speed only)" in lines[1]
-    rows = [ln for ln in lines if ln.startswith("fp16 ")]
+    rows = [ln for ln in lines if ln.startswith("140x182 fp16 ")]
     assert len(rows) == 2 and not any("unavailable" in r for r in rows), proc.stdout
     assert any(" executorch " in r for r in rows)
 

@@ -73,6 +73,18 @@ def test_shape_selection() -> None:
     assert export_cmd.parse_shapes(["140x182"]) == [(140, 182)]
     assert export_cmd.parse_shapes(["default", "140x182,378x504"])[-1] == (140, 182)
     assert len(export_cmd.parse_shapes(["default", "140x182,378x504"])) == 5
+    # --size N: its four shapes; with --shape, those follow; no --shape: no default.
+    at_280 = [(210, 280), (280, 210), (154, 280), (280, 154)]
+    assert export_cmd.parse_shapes(None, [280]) == at_280
+    assert export_cmd.parse_shapes(["140x182"], [280, 504]) == [
+        *at_280,
+        (378, 504),
+        (504, 378),
+        (280, 504),
+        (504, 280),
+        (140, 182),
+    ]
+    assert export_cmd.parse_shapes(["default"], [504]) == export_cmd.parse_shapes(None)
 
 
 def test_models_without_a_model_dir_says_how_to_get_one(

@@ -25,7 +25,15 @@ def test_every_key_is_documented_with_its_flag() -> None:
         assert f"[{section}]" in text
         for key in (f.name for f in dataclasses.fields(cls)):
             assert f"\n{key} = " in text, key
-    for flag in ("--source", "--models", "--precision", "--stages", "--threads", "--store"):
+    for flag in (
+        "--source",
+        "--models",
+        "--precision",
+        "--size",
+        "--stages",
+        "--threads",
+        "--store",
+    ):
         assert flag in text, flag
 
 
@@ -44,6 +52,8 @@ def test_every_key_is_documented_with_its_flag() -> None:
         ("\n[model]\nprecision = 'fp8'\n", "c.toml:3: model.precision must be one of"),
         ("[cam]\n", "c.toml:1: cam: unknown section"),
         ("[model]\nworkers = 0\n", "c.toml:2: model.workers must be 1 to 8"),
+        ("[model]\nsize = 281\n", "c.toml:2: model.size must be 0 (504 when exported, else"),
+        ("[model]\nsize = 2016\n", "a multiple of 14 from 56 to 1008, not 2016"),
         ("[store]\nformats = ['tiff']\n", "c.toml:2: store.formats has unknown format(s)"),
         ("[camera]\nsource = 'usb'\n", "c.toml:2: camera.source is not a usable source"),
         ("[camera]\nsource = 'fake:explode'\n", "unknown step"),
@@ -67,12 +77,13 @@ def test_bad_values_name_the_key_and_line(text: str, message: str) -> None:
 
 def test_flags_override_the_file() -> None:
     base = config.parse("[model]\nprecision = 'fp32'\n[camera]\nsource = 'fake'\n", "c.toml")
-    flags = config.Overrides(source="replay:/x@2", precision="int8", store="/tmp/s")
+    flags = config.Overrides(source="replay:/x@2", precision="int8", store="/tmp/s", size=280)
     out = config.with_overrides(base, flags)
     assert (
         out.camera.source == "replay:/x@2"
         and out.model.precision == "int8"
         and out.store.dir == "/tmp/s"
+        and out.model.size == 280
     )
     assert out.model.threads == 0  # not given: the file's (default) value stays
     with pytest.raises(ConfigError, match=r"camera\.source"):

@@ -354,6 +354,14 @@ def test_missing_or_tampered_model_refuses_to_start(small_models: Path, tmp_path
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("da3-edge: error: no model in ")
+    # A size the folder lacks (the small models are 182): one line, no other size run.
+    argv = ["run", "--source", "fake", "--store", str(tmp_path / "s"), "--models"]
+    proc = run_cli([*argv, str(small_models), "--size", "280"])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"da3-edge: error: {small_models}: no fp16 models of size 280 (have 182); "
+        "export them with `da3-edge export --size 280`"
+    )
     copy = tmp_path / "m"
     shutil.copytree(small_models, copy)
     victim = next(copy.glob("*_fp16.tflite"))

@@ -13,11 +13,14 @@ from edge.errors import ManifestError, ModelCorrupt, ModelNotFound
 from edge.models import (
     Artifact,
     Manifest,
+    check_size,
     da3_shape,
     default_models_dir,
     parse_shape,
     resolve_models_dir,
     sha256_file,
+    size_of,
+    size_shapes,
 )
 
 
@@ -48,6 +51,31 @@ def counting(calls: list[Path], real: Callable[[Path], str]) -> Callable[[Path],
 )
 def test_da3_shape_rule(size: tuple[int, int], expected: tuple[int, int]) -> None:
     assert da3_shape(*size) == expected
+
+
+@pytest.mark.parametrize(
+    ("size", "shapes"),
+    [
+        (504, [(378, 504), (504, 378), (280, 504), (504, 280)]),
+        (392, [(294, 392), (392, 294), (224, 392), (392, 224)]),
+        (280, [(210, 280), (280, 210), (154, 280), (280, 154)]),
+        (224, [(168, 224), (224, 168), (126, 224), (224, 126)]),
+        (182, [(140, 182), (182, 140), (98, 182), (182, 98)]),  # the test models' size
+    ],
+)
+def test_the_shapes_of_a_size(size: int, shapes: list[tuple[int, int]]) -> None:
+    """4:3, 3:4, 16:9 and 9:16 by DA3's rule at that long side."""
+    assert list(size_shapes(size)) == shapes
+    assert [da3_shape(h, w, size) for h, w in ((1200, 1600), (1600, 1200), (720, 1280),
+            (1280, 720))] == shapes  # fmt: skip
+    assert {size_of(s) for s in shapes} == {size}
+
+
+@pytest.mark.parametrize("bad", [0, 14, 42, 281, 1022, 2016])
+def test_a_size_is_a_multiple_of_14_in_range(bad: int) -> None:
+    with pytest.raises(ValueError, match=f"size {bad}: the core's long side must be"):
+        check_size(bad)
+    assert check_size(56) == 56 and check_size(1008) == 1008
 
 
 def test_da3_shape_rejects_empty() -> None:

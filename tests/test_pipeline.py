@@ -11,6 +11,8 @@ import pytest
 from PIL import Image
 
 from edge.errors import ModelNotFound, ShapeError
+from edge.fakecore import FakeCore, fake_models
+from edge.models import size_shapes
 from edge.pipeline import Pipeline, PipelineSpec, nearest_shape
 
 from .support.photos import photo_path
@@ -37,6 +39,55 @@ def test_nearest_shape_needs_a_model() -> None:
         nearest_shape((378, 504), [])
 
 
+def sized(tmp_path: Path, *sizes: int) -> Path:
+    """A folder of FakeCore placeholders: the four shapes of each size."""
+    return fake_models(tmp_path / "m", [s for size in sizes for s in size_shapes(size)])
+
+
+def fake_pipeline(models: Path, size: int | None = None) -> Pipeline:
+    open_core, _ = FakeCore.opener()
+    return Pipeline.load(PipelineSpec(models, size=size), open_core=open_core)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "asked", "used"),
+    [
+        ((504, 280), None, 504),  # unasked: DA3's own size when it is there
+        ((504, 280), 280, 280),
+        ((280,), None, 280),  # unasked, one size there: that one
+        ((280, 224), 224, 224),
+    ],
+)
+def test_the_size_asked_or_the_default(
+    tmp_path: Path, sizes: tuple[int, ...], asked: int | None, used: int
+) -> None:
+    with fake_pipeline(sized(tmp_path, *sizes), asked) as pipe:
+        assert pipe.size == used
+        assert pipe.shapes == sorted(size_shapes(used))
+        # DA3's rule at that size: a 1200x1600 photo is 378x504 at 504, 210x280 at 280.
+        wanted, shape = pipe.choose((1200, 1600))
+        assert wanted == shape == size_shapes(used)[0]
+        assert pipe.choose((720, 1280))[1] == size_shapes(used)[2]  # 16:9
+
+
+def test_a_size_not_there_is_an_error_never_another_size(tmp_path: Path) -> None:
+    models = sized(tmp_path, 504, 280)
+    with pytest.raises(ModelNotFound) as caught:
+        fake_pipeline(models, 392)
+    assert str(caught.value) == (
+        f"{models}: no fp16 models of size 392 (have 280, 504); "
+        "export them with `da3-edge export --size 392`"
+    )
+    two = sized(tmp_path / "two", 280, 224)
+    with pytest.raises(ModelNotFound, match=r"sizes 224, 280, none of 504: choose one with --size"):
+        fake_pipeline(two)
+    # A shape of another size never stands in for a missing aspect ratio.
+    odd = fake_models(tmp_path / "odd", [(378, 504), (210, 280), (280, 210)])
+    with fake_pipeline(odd, 280) as pipe:
+        assert pipe.choose((720, 1280))[1] == (210, 280)  # 16:9 at 280 was not exported
+        assert pipe.shapes == [(210, 280), (280, 210)]
+
+
 def test_frame_from_path_pil_and_array(small_models: Path) -> None:
     path = photo_path("coffee.png")
     with Pipeline.load(PipelineSpec(small_models, precision="fp16", threads=2)) as pipe:
@@ -47,7 +98,7 @@ def test_frame_from_path_pil_and_array(small_models: Path) -> None:
     for frame in (a, b, c):
         assert frame.depth.shape == frame.conf.shape == (400, 600)
         assert frame.source_size == (400, 600)
-        assert frame.shape_wanted == (336, 504) and frame.shape_used == (140, 182)
+        assert frame.shape_wanted == (126, 182) and frame.shape_used == (140, 182)
         assert frame.resized_to_nearest and frame.random_init
         assert frame.weights.startswith("sha256:") and frame.artifact.endswith("_fp16.tflite")
         assert set(frame.timings_ms) == {"decode", "preprocess", "core", "postprocess"}
@@ -59,7 +110,7 @@ def test_frame_from_path_pil_and_array(small_models: Path) -> None:
 def test_strict_shape_and_missing_precision(small_models: Path, tmp_path: Path) -> None:
     with (
         Pipeline.load(PipelineSpec(small_models, strict_shape=True)) as pipe,
-        pytest.raises(ShapeError, match="336x504"),
+        pytest.raises(ShapeError, match="126x182"),
     ):
         pipe(photo_path("coffee.png"))
     # A directory holding only fp32 cannot serve fp16.

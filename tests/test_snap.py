@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from PIL import Image
 
 from edge.parity import metrics
 
-from .support.photos import sized_photos
+from .support.photos import photo_path, sized_photos
 from .support.tools import run_cli, run_main, tmpfs
 
 GOOD = {
@@ -82,9 +83,14 @@ def test_mixed_batch_good_and_bad(small_models: Path, photos: Path, tmp_path: Pa
     assert proc.stderr.splitlines()[0].startswith(
         "da3-edge: warning: these models have random-init weights"
     )
+    resized = set()
     for name, size in GOOD.items():
         meta = _check_outputs(out, Path(name).stem, size)
-        assert meta["resized_to_nearest_shape"] is True and meta["shape_used"] == [140, 182]
+        assert meta["shape_used"] == [140, 182] and meta["size"] == 182
+        assert meta["resized_to_nearest_shape"] == (meta["shape_wanted"] != [140, 182])
+        resized |= {name} if meta["resized_to_nearest_shape"] else set()
+    # At the small models' size (182) only the 4:3 landscape photo is DA3's 140x182.
+    assert set(GOOD) - resized == {"landscape-4x3.jpg"}
     assert json.loads((out / "exif-rotated.json").read_text())["exif_transposed"] is True
     assert json.loads((out / "cmyk.json").read_text())["source_mode"] == "CMYK"
     produced = {p.name for p in out.iterdir()}
@@ -199,8 +205,72 @@ def test_strict_shape_refuses_unexported_shapes(
         ]
     )
     assert proc.returncode == 1
-    assert "no fp16 model for 336x504 (have 140x182)" in proc.stderr
+    assert "no fp16 model for 126x182 (have 140x182)" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_size_not_exported_is_one_line_naming_the_export(
+    small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    """The small models are size 182: asking 280 never runs them instead."""
+    photo = str(photos / "good" / "grey.png")
+    argv = ["snap", photo, "--models", str(small_models), "-o", str(tmp_path)]
+    proc = run_cli([*argv, "--size", "280"])
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"da3-edge: error: {small_models}: no fp16 models of size 280 (have 182); "
+        "export them with `da3-edge export --size 280`"
+    ]
+    assert list(tmp_path.iterdir()) == []
+    bad = run_cli([*argv, "--size", "281"])
+    assert (
+        bad.returncode == 2
+        and "size 281: the core's long side must be a multiple of 14" in bad.stderr
+    )
+    ok = run_cli([*argv, "--size", "182"])
+    assert ok.returncode == 0, ok.stderr
+    meta = json.loads((tmp_path / "grey.json").read_text())
+    assert meta["size"] == 182 and meta["shape_used"] == [140, 182]
+
+
+def linked_copy(src: Path, dst: Path) -> Path:
+    """``src``'s files in ``dst``: hard links where the filesystem allows, else copies."""
+    dst.mkdir()
+    for f in src.iterdir():
+        try:
+            os.link(f, dst / f.name)
+        except OSError:
+            shutil.copy2(f, dst / f.name)
+    return dst
+
+
+@pytest.mark.export
+def test_snap_at_a_smaller_size_runs_that_sizes_core(
+    export_env: Path, random_weights: Path, full_models: Path, tmp_path: Path
+) -> None:
+    """A 210x280 core exported beside the 504 ones (same weights, one folder): `snap
+    --size 280` on a 1200x1600 photo runs it; without --size the 378x504 core runs."""
+    models = linked_copy(full_models, tmp_path / "models")
+    exported = run_cli(
+        ["export", "--weights", str(random_weights), "--shape", "210x280",
+         "--precision", "fp16", "--no-stages", "--out", str(models)],
+        python=export_env,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    photo = tmp_path / "photo.jpg"
+    with Image.open(photo_path("astronaut.png")) as im:
+        im.convert("RGB").resize((1600, 1200)).save(photo, quality=90)
+    for size, shape in (("280", [210, 280]), (None, [378, 504])):
+        out = tmp_path / f"out-{size}"
+        args = ["snap", str(photo), "--models", str(models), "-o", str(out)]
+        proc = run_cli(args + (["--size", size] if size else []))
+        assert proc.returncode == 0, proc.stderr
+        meta = json.loads((out / "photo.json").read_text())
+        print(f"--size {size}: {meta['shape_used']}, core {meta['timings_ms']['core']:.0f} ms")
+        assert meta["shape_used"] == meta["shape_wanted"] == shape
+        assert meta["size"] == max(shape) and meta["random_init"] is True
+        with np.load(out / "photo.npz") as npz:
+            assert npz["depth"].shape == (1200, 1600)
 
 
 @pytest.mark.parametrize(

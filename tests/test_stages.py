@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -27,41 +26,51 @@ pytestmark = pytest.mark.parity
 EXTRA = ("astronaut.png", "rocket.jpg", "hubble_deep_field.jpg", "motorcycle_left.png", "coins.png")
 
 
+SIZES = (504, 280)  # DA3's own and a smaller one (--size): its rule at each
+Reference = dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]  # size -> name -> (RGB, DA3's)
+
+
+def da3_reference(export_env: Path, arrays: dict[str, np.ndarray], work: Path) -> Reference:
+    """Per size in SIZES: each array and DA3's tensor for it at that ``process_res``
+    (scripts.reference_preprocess in the export environment)."""
+    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
+    out: Reference = {}
+    for size in SIZES:
+        module, target = "scripts.reference_preprocess", work / f"out-{size}.npz"
+        cmd = [str(export_env), "-m", module, str(work / "in.npz"), str(target), str(size)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with np.load(target) as golden:
+            out[size] = {k: (arrays[k], golden[k]) for k in golden.files}
+    return out
+
+
 @pytest.fixture(scope="session")
 def reference(
     export_env: Path, photos: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    work = tmp_path_factory.mktemp("preprocess")
+) -> Reference:
     files = sorted((photos / "good").iterdir()) + [photo_path(n) for n in EXTRA]
     arrays = {f.name: images.load(f).rgb for f in files}
-    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
-    proc = subprocess.run(
-        [
-            str(export_env),
-            "-m",
-            "scripts.reference_preprocess",
-            str(work / "in.npz"),
-            str(work / "out.npz"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(work / "out.npz") as out:
-        return {k: (arrays[k], out[k]) for k in out.files}
+    return da3_reference(export_env, arrays, tmp_path_factory.mktemp("preprocess"))
 
 
-def test_numpy_preprocess_matches_da3(reference: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+def da3_shape_of(rgb: np.ndarray, size: int) -> tuple[int, int]:
+    height, width = rgb.shape[:2]
+    return da3_shape(height, width, size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_numpy_preprocess_matches_da3(reference: Reference, size: int) -> None:
     stages = NumpyStages()
-    assert len(reference) == 15
-    for name, (rgb, golden) in reference.items():
-        shape = da3_shape(*rgb.shape[:2])
+    assert len(reference[size]) == 15
+    for name, (rgb, golden) in reference[size].items():
+        shape = da3_shape_of(rgb, size)
         assert golden.shape == (3, *shape), (name, golden.shape, shape)
         ours = stages.preprocess(rgb, shape)[0]
         diff = np.abs(ours - golden)
         print(
-            f"{name:24s} {rgb.shape[0]}x{rgb.shape[1]} -> {shape[0]}x{shape[1]}: mean |d| {diff.mean():.6f}, max |d| {diff.max():.4f}"
+            f"{name:24s} {rgb.shape[0]}x{rgb.shape[1]} -> {shape[0]}x{shape[1]}: "
+            f"mean |d| {diff.mean():.6f}, max |d| {diff.max():.4f}"
         )
         assert diff.mean() <= 0.02, name
         assert diff.max() <= 0.3, name
@@ -71,22 +80,13 @@ LEVEL = 1.0 / (255.0 * 0.225)  # one uint8 level in normalised units (the smalle
 
 
 @pytest.fixture(scope="session")
-def sized_reference(
-    export_env: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    work = tmp_path_factory.mktemp("preprocess-sizes")
-    arrays = sized_photos()
-    np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
-    module = "scripts.reference_preprocess"
-    cmd = [str(export_env), "-m", module, str(work / "in.npz"), str(work / "out.npz")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(work / "out.npz") as out:
-        return {k: (arrays[k], out[k]) for k in out.files}
+def sized_reference(export_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    return da3_reference(export_env, sized_photos(), tmp_path_factory.mktemp("preprocess-sizes"))
 
 
+@pytest.mark.parametrize("size", SIZES)
 def test_executorch_preprocess_matches_da3(
-    executorch_runtime: Path, small_models: Path, sized_reference: dict[str, Any]
+    executorch_runtime: Path, small_models: Path, sized_reference: Reference, size: int
 ) -> None:
     """The ExecuTorch pre program (da3-edge's runner) against DA3's own InputProcessor at
     the issue's sizes: max |d| <= one uint8 level (0.0175), mean |d| <= 1e-3."""
@@ -97,8 +97,8 @@ def test_executorch_preprocess_matches_da3(
     # small model folder's serves every DA3 shape here.
     stages = ExecuTorchStages(Manifest.load(small_models))
     worst_max = worst_mean = 0.0
-    for name, (rgb, golden) in sized_reference.items():
-        shape = da3_shape(*rgb.shape[:2])
+    for name, (rgb, golden) in sized_reference[size].items():
+        shape = da3_shape_of(rgb, size)
         assert golden.shape == (3, *shape), (name, golden.shape)
         ours = stages.preprocess(rgb, shape)[0]
         diff = np.abs(ours - golden)

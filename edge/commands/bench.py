@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="da3-edge bench",
         description="Benchmark the pipeline: latency per stage, load and cold start, "
-        "peak RSS, for every installed precision, both stage backends and a thread sweep.",
+        "peak RSS, for every exported size and precision, both stage backends and a thread sweep.",
     )
     options.add_models(p)
     p.add_argument(
@@ -54,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="LIST",
         help="precisions (default: every one installed)",
+    )
+    p.add_argument(
+        "--size",
+        default=None,
+        metavar="LIST",
+        help="core sizes (long sides), e.g. 504,280 (default: every one exported)",
     )
     p.add_argument(
         "--stages",
@@ -99,6 +105,18 @@ def main(args: Sequence[str] | None = None) -> int:
             raise UsageError(
                 f"precision {p!r} is not installed in {models} (have {', '.join(installed)})"
             )
+    sizes = manifest.sizes()
+    if ns.size is not None:
+        asked = [options.size(v.strip()) for v in ns.size.split(",")] if ns.size else []
+        missing = [str(v) for v in asked if v not in sizes]
+        if not asked or missing:
+            raise UsageError(
+                f"size {', '.join(missing) or repr(ns.size)} is not exported in {models} "
+                f"(have {', '.join(map(str, sizes))}; `da3-edge export --size N` makes one)"
+            )
+        sizes = sorted(set(asked), reverse=True)
+    else:
+        sizes = sorted(sizes, reverse=True)
     cores = platform.cpu_features().cores
     threads = _ints(ns.threads, "--threads") if ns.threads else sorted({1, min(4, cores)})
     stage_names = options.split_list(ns.stages, options.STAGES, "stages backend")
@@ -111,38 +129,17 @@ def main(args: Sequence[str] | None = None) -> int:
     random_init = any(a.random_init for a in manifest.cores())
 
     runs: list[bench.RunResult] = []
-    total = len(precisions) * len(stage_names) * len(threads)
-    n = 0
-    for precision in precisions:
-        for stages in stage_names:
-            for t in threads:
-                n += 1
-                print(
-                    f"[{n}/{total}] {precision} {stages} threads={t}...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                runs.append(
-                    bench.run_pipeline(
-                        models, image, precision, stages, t, ns.iterations, ns.warmup
-                    )
-                )
-    cold: dict[str, Any] = {}
-    if not ns.no_cold:
-        with tempfile.TemporaryDirectory(prefix="da3-edge-cold-") as tmp:
-            src = Path(tmp) / "image.jpg"
-            src.write_bytes(image)
-            for precision in precisions:
-                print(f"cold start: snap --precision {precision}...", file=sys.stderr, flush=True)
-                argv = [sys.executable, "-m", "edge", "snap", str(src), "-o", tmp,
-                        "--models", str(models), "--precision", precision]  # fmt: skip
-                # The weight cache off, then its first run (building it, in a directory
-                # of its own) and a warm one: the default from then on.
-                fresh = str(Path(tmp) / f"cache-{precision}")
-                cold[precision] = {
-                    mode: bench.cold_still([*argv, "--weight-cache", cache], trace=True)
-                    for mode, cache in (("off", "off"), ("first", fresh), ("warm", fresh))
-                }
+    configs = [(z, p, st, t) for z in sizes for p in precisions for st in stage_names
+               for t in threads]  # fmt: skip
+    for n, (size, precision, stages, t) in enumerate(configs, 1):
+        print(f"[{n}/{len(configs)}] size {size} {precision} {stages} threads={t}...",
+              file=sys.stderr, flush=True)  # fmt: skip
+        runs.append(
+            bench.run_pipeline(
+                models, image, precision, stages, t, ns.iterations, ns.warmup, size=size
+            )
+        )
+    cold = {} if ns.no_cold else _cold(models, image, sizes, precisions)
     data: dict[str, Any] = {
         "image": image_label,
         "models": str(models),
@@ -160,6 +157,33 @@ def main(args: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _cold(
+    models: Path, image: bytes, sizes: list[int], precisions: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Fresh ``snap`` processes per size and precision: the weight cache off, then its
+    first run (building it, in a directory of its own) and a warm one (the default from
+    then on). Keyed by size (a string: JSON's keys are), then precision, then mode."""
+    from edge import bench
+
+    cold: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="da3-edge-cold-") as tmp:
+        src = Path(tmp) / "image.jpg"
+        src.write_bytes(image)
+        for size in sizes:
+            for precision in precisions:
+                print(f"cold start: snap --size {size} --precision {precision}...",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                argv = [sys.executable, "-m", "edge", "snap", str(src), "-o", tmp,
+                        "--models", str(models), "--precision", precision,
+                        "--size", str(size)]  # fmt: skip
+                fresh = str(Path(tmp) / f"cache-{size}-{precision}")
+                cold.setdefault(str(size), {})[precision] = {
+                    mode: bench.cold_still([*argv, "--weight-cache", cache], trace=True)
+                    for mode, cache in (("off", "off"), ("first", fresh), ("warm", fresh))
+                }
+    return cold
+
+
 COLUMNS = ("decode", "preprocess", "core", "postprocess", "write")
 
 
@@ -169,7 +193,8 @@ def _features(cpu: dict[str, Any]) -> str:
 
 
 def _row(run: dict[str, Any]) -> str:
-    key = f"{run['precision']:<9} {run['stages']:<10} {run['threads']:>3}"
+    shape = "x".join(map(str, run["shape"])) if run.get("shape") else str(run["size"])
+    key = f"{shape:<7} {run['precision']:<9} {run['stages']:<10} {run['threads']:>3}"
     if "error" in run:
         return f"{key}  unavailable: {run['error']}"
     t, st = run["total_ms"], run["stage_p50_ms"]
@@ -192,7 +217,8 @@ def render_table(data: dict[str, Any]) -> str:
         lines.append(f"temperature {m['temperature_c']:.1f} C{throttled}")
     lines.append("")
     head = (
-        f"{'precision':<9} {'stages':<10} {'thr':>3} {'load':>7} {'p50':>7} {'p90':>7} {'p99':>7}"
+        f"{'shape':<7} {'precision':<9} {'stages':<10} {'thr':>3} {'load':>7} {'p50':>7} "
+        f"{'p90':>7} {'p99':>7}"
     )
     head += f" {'img/s':>6}   " + " ".join(
         f"{s[:7]:>7}" for s in ("decode", "pre", "core", "post", "write")
@@ -204,12 +230,14 @@ def render_table(data: dict[str, Any]) -> str:
             "",
             "cold still (a fresh `da3-edge snap` process, one image; load: the model's",
             "open to ready, in that process; weight cache off, its first run, warm):",
-            f"{'precision':<9} {'cache':<6} {'seconds':>7} {'peak RSS':>9} {'load':>7}",
+            f"{'size':<5} {'precision':<9} {'cache':<6} {'seconds':>7} {'peak RSS':>9} {'load':>7}",
         ]
-        for p, modes in data["cold_still"].items():
-            for mode, v in modes.items():
-                load = f"{v['load_ms']:>4.0f} ms" if v.get("load_ms") is not None else "      -"
-                lines.append(
-                    f"{p:<9} {mode:<6} {v['seconds']:>5.2f} s {v['peak_rss_mib']:>5.0f} MiB {load}"
-                )
+        for size, by_precision in data["cold_still"].items():
+            for p, modes in by_precision.items():
+                for mode, v in modes.items():
+                    load = f"{v['load_ms']:>4.0f} ms" if v.get("load_ms") is not None else "-"
+                    lines.append(
+                        f"{size:<5} {p:<9} {mode:<6} {v['seconds']:>5.2f} s "
+                        f"{v['peak_rss_mib']:>5.0f} MiB {load:>7}"
+                    )
     return "\n".join(lines)

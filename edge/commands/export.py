@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edge.commands import options
 from edge.commands.options import split_list
 from edge.errors import UsageError
-from edge.models import DEFAULT_SHAPES, PRECISIONS, parse_shape, resolve_models_dir
+from edge.models import DEFAULT_SHAPES, PRECISIONS, parse_shape, resolve_models_dir, size_shapes
 
 if TYPE_CHECKING:
     from edge.export.quiet import Console
@@ -56,11 +57,20 @@ def parser() -> argparse.ArgumentParser:
         "fp16 = fp16 weights, int8 = dynamic-range int8)",
     )
     p.add_argument(
+        "--size",
+        action="append",
+        type=options.size,
+        metavar="N",
+        help="the four shapes (4:3, 3:4, 16:9, 9:16) whose long side is N, a multiple of 14: "
+        "504 (DA3's own) is 378x504, 504x378, 280x504 and 504x280, 280 is 210x280, "
+        "280x210, 154x280 and 280x154; repeatable; the default (with no --shape) is 504",
+    )
+    p.add_argument(
         "--shape",
         action="append",
         metavar="HxW",
-        help="input shape, sides multiples of 14; repeatable; 'default' stands for "
-        "378x504, 504x378, 280x504 and 504x280 (the default when --shape is not given)",
+        help="one input shape, sides multiples of 14; repeatable; 'default' stands for "
+        "378x504, 504x378, 280x504 and 504x280 (--size 504)",
     )
     p.add_argument(
         "--save-weights",
@@ -93,9 +103,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_shapes(values: Sequence[str] | None) -> list[tuple[int, int]]:
+def parse_shapes(
+    values: Sequence[str] | None, sizes: Sequence[int] | None = None
+) -> list[tuple[int, int]]:
+    """The shapes to export: each --size's four, then each --shape (the default's four
+    when neither is given), in order, without repeats."""
     shapes: list[tuple[int, int]] = []
-    for value in values or ["default"]:
+    for size in sizes or []:
+        shapes += [s for s in size_shapes(size) if s not in shapes]
+    for value in values or ([] if sizes else ["default"]):
         for item in value.split(","):
             item = item.strip()
             new = list(DEFAULT_SHAPES) if item == "default" else [parse_shape(item)]
@@ -107,7 +123,7 @@ def main(args: Sequence[str] | None = None) -> int:
     p = parser()
     ns = p.parse_args(args)
     try:
-        shapes = parse_shapes(ns.shape)
+        shapes = parse_shapes(ns.shape, ns.size)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     precisions = split_list(ns.precision, PRECISIONS, "precision")

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Sequence
 
 from edge.errors import UsageError
-from edge.models import PRECISIONS
+from edge.models import LONGEST_SIDE, PRECISIONS, check_size
 from edge.stages import BACKENDS
 
 STAGES = tuple(BACKENDS)
@@ -33,6 +33,32 @@ def add_precision(
     p: argparse.ArgumentParser, *, default: str | None = None, config_key: str | None = None
 ) -> None:
     _add_choice(p, "--precision", PRECISIONS, "core model precision", default, config_key)
+
+
+def size(text: str) -> int:
+    """``--size``'s type: a core size (models.check_size), or argparse's one-line error."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number, e.g. 280") from None
+    try:
+        return check_size(number)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+SIZE_HELP = (
+    f"the core's long side, a multiple of 14 ({LONGEST_SIDE}, DA3's own, is the most "
+    "accurate; smaller is faster: see docs/performance.md); uses the models exported at "
+    "that size (`da3-edge export --size N`)"
+)
+
+
+def add_size(p: argparse.ArgumentParser, *, config_key: str | None = None) -> None:
+    default = f"{LONGEST_SIDE} when exported, else the only size there is"
+    p.add_argument(
+        "--size", type=size, metavar="N", help=f"{SIZE_HELP} ({_source(default, config_key)})"
+    )
 
 
 def add_stages(

@@ -39,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
     options.add_models(p, config_key="model.dir")
     options.add_precision(p, config_key="model.precision")
+    options.add_size(p, config_key="model.size")
     options.add_stages(p, config_key="model.stages")
     p.add_argument(
         "--threads",
@@ -71,7 +72,7 @@ def main(args: Sequence[str] | None = None) -> int:
         return 0
     flags = config_mod.Overrides(
         source=ns.source, store=ns.store, models=ns.models, precision=ns.precision,
-        stages=ns.stages, threads=ns.threads,
+        size=ns.size, stages=ns.stages, threads=ns.threads,
     )  # fmt: skip
     config = config_mod.with_overrides(config_mod.load(ns.config), flags)
     if ns.check_config:

@@ -44,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     )
     options.add_models(p)
     options.add_precision(p, default="fp16")
+    options.add_size(p)
     options.add_stages(p, default="$DA3_EDGE_STAGES, else numpy")
     options.add_weight_cache(p)
     p.add_argument(
@@ -175,6 +176,7 @@ def main(args: Sequence[str] | None = None) -> int:
         ns.models,
         precision=ns.precision,
         stages=ns.stages,
+        size=ns.size,
         threads=ns.threads,
         strict_shape=ns.strict_shape,
         max_pixels=ns.max_pixels,

@@ -42,6 +42,7 @@ def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
         model.dir or None,
         precision=model.precision,
         stages=model.stages,
+        size=model.size or None,
         threads=model.threads or None,
         weight_cache=model.weight_cache or None,
         core_process=True,  # keeps the GIL free for capture and writing
@@ -49,9 +50,8 @@ def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
     )
     pipeline = Pipeline.load(spec)
     # Refuse to start on a missing or tampered model, not at the first frame.
-    for artifact in pipeline.manifest.cores():
-        if artifact.precision == model.precision:
-            pipeline.manifest.verify(artifact)
+    for artifact in pipeline.artifacts:
+        pipeline.manifest.verify(artifact)
     return pipeline
 
 
@@ -153,9 +153,17 @@ class Daemon:
             f"camera {_said(self.capture.state)}, store {_said(self.writer.state)}"
         )
 
+    def camera_shape(self) -> list[int] | None:
+        """The core shape the camera's picture runs at (None: no core for it)."""
+        cam = self.config.camera
+        try:
+            return list(self.inference.pipeline.choose((cam.height, cam.width))[1])
+        except EdgeError:
+            return None
+
     def status_document(self) -> dict[str, Any]:
         pipeline, config = self.inference.pipeline, self.config
-        cores = [a for a in pipeline.manifest.cores() if a.precision == pipeline.precision]
+        cores = pipeline.artifacts
         camera_state, camera_reason = self.capture.state
         store_state, store_reason = self.writer.state
         return {
@@ -167,6 +175,8 @@ class Daemon:
                 "precision": pipeline.precision,
                 "stages": pipeline.stages.name,
                 "workers": pipeline.workers,
+                "size": pipeline.size,
+                "shape": self.camera_shape(),
                 "shapes": [list(s) for s in pipeline.shapes],
                 "weights": sorted({a.weights for a in cores}),
                 "random_init": any(a.random_init for a in cores),

@@ -15,8 +15,8 @@ INTER_AREA and INTER_CUBIC), folded into the bands, so the program computes what
 stages compute, in float32.
 
 ``plan(src, core)`` gives the two steps DA3 takes (``resample.da3_resize``: longest side to
-504 with rounded sides, then to the multiples of 14, through uint8), each as four arrays;
-a step that changes nothing is an identity band.
+the core's, 504 at DA3's own size, with rounded sides, then to the multiples of 14,
+through uint8), each as four arrays; a step that changes nothing is an identity band.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from edge.models import da3_shape
 from edge.stages import resample
 
 ROWS = 16  # output rows (or columns) per band
-LONGEST = 504  # DA3's first step: the longest side
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,16 @@ def step(src: tuple[int, int], dst: tuple[int, int]) -> tuple[Axis, Axis]:
 
 
 def first_size(size: tuple[int, int], core: tuple[int, int]) -> tuple[int, int]:
-    """Where the first step goes: DA3's longest side to 504 (sides rounded), or straight to
-    ``core`` when it is not the image's DA3 shape (the one-step fallback)."""
+    """Where the first step goes: DA3's longest side to the core's (sides rounded), or
+    straight to ``core`` when it is not the image's DA3 shape at that size (the one-step
+    fallback)."""
     h, w = size
-    if da3_shape(h, w) != core:
+    longest = max(core)
+    if da3_shape(h, w, longest) != core:
         return core
-    if max(h, w) == LONGEST:
+    if max(h, w) == longest:
         return size
-    scale = LONGEST / max(h, w)
+    scale = longest / max(h, w)
     return (max(1, round(h * scale)), max(1, round(w * scale)))
 
 
@@ -107,7 +108,7 @@ def plan(
     identity (the program always takes two). ``original``: the image's size before a
     pre-shrink to ``src`` (DA3's rule and its first step follow the original)."""
     size = original or src
-    if da3_shape(*size) != core:
+    if da3_shape(*size, max(core)) != core:
         return step(src, core), step(core, core)
     first = first_size(size, core)
     return step(src, first), step(first, core)

@@ -31,8 +31,10 @@ class NumpyStages:
         h, w = shape
         src = (int(rgb.shape[0]), int(rgb.shape[1]))
         if src != (h, w):
-            if da3_shape(*src) == (h, w):
-                rgb = resample.da3_resize(rgb, (h, w))
+            # DA3's two steps when the core is the image's DA3 shape at its size (the
+            # core's long side), else one.
+            if da3_shape(*src, max(h, w)) == (h, w):
+                rgb = resample.da3_resize(rgb, (h, w), max(h, w))
             else:
                 rgb = resample.resize(rgb, (h, w))
         out = np.empty((1, 3, h, w), dtype=np.float32)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -188,13 +187,7 @@ def still(
 ) -> dict[str, Any]:
     """``bench.cold_still`` with ``env`` added. ``cwd``: run there (``python -m edge``
     puts its working directory first on sys.path, ahead of PYTHONPATH)."""
-    old = dict(os.environ)
-    os.environ.update(env)
-    try:
-        return bench.cold_still(argv, cwd=cwd, trace=trace)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    return bench.cold_still(argv, cwd=cwd, trace=trace, env=env)
 
 
 def tool(python: Path, module: str, *args: str, out: Path | None = None) -> Any:

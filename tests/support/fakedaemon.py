@@ -34,7 +34,7 @@ def open_pipeline(model: config_mod.ModelConfig) -> Pipeline:
     open_core, _ = FakeCore.opener(delay=DELAY)
     spec = PipelineSpec(
         Path(model.dir), precision=model.precision, stages=model.stages,
-        core_process=True, workers=model.workers,
+        core_process=True, workers=model.workers, size=model.size or None,
     )  # fmt: skip
     return Pipeline.load(spec, open_core=open_core)
 
