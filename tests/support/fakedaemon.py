@@ -18,10 +18,11 @@ from pathlib import Path
 from edge import config as config_mod
 from edge.daemon import Daemon, setup_logging
 from edge.fakecore import FakeCore, fake_models
+from edge.models import size_shapes
 from edge.pipeline import Pipeline, PipelineSpec
 
 DELAY = 0.03  # seconds a FakeCore "computes" a frame
-SHAPES = ((182, 238), (238, 182), (182, 322), (322, 182))  # 4:3 and 16:9, both ways
+SHAPES = size_shapes(238)  # one size's four: 4:3 and 16:9, both ways
 
 
 def models(directory: Path) -> Path:

@@ -275,17 +275,14 @@ LAY_OUT = guest("lay-out.sh")
 def small_stream(models: Path, width: int, height: int) -> tuple[int, int] | None:
     """The small stream the daemon asks of a ``width`` x ``height`` camera for the fp16
     cores of ``models`` (edge.daemon.service.camera_streams), which the virtual camera
-    must offer: the long side of the core it chooses for that picture."""
-    import json
-
+    must offer: the long side of the core its pipeline chooses for that picture."""
     from edge.camera import Streams
-    from edge.models import da3_shape
-    from edge.pipeline import nearest_shape
+    from edge.fakecore import FakeCore
+    from edge.pipeline import Pipeline, PipelineSpec
 
-    manifest = json.loads((models / "manifest.json").read_text())
-    shapes = [(a["shape"][0], a["shape"][1]) for a in manifest["artifacts"]
-              if a["kind"] == "core" and a["precision"] == "fp16"]  # fmt: skip
-    core = nearest_shape(da3_shape(height, width), shapes)
+    open_core, _ = FakeCore.opener()  # the choice reads the manifest; nothing runs
+    with Pipeline.load(PipelineSpec(models, precision="fp16"), open_core=open_core) as pipe:
+        core = pipe.choose((height, width))[1]
     return Streams.for_core(width, height, max(core), full=False).small
 
 
