@@ -24,19 +24,6 @@ from .support.models import (
 from .support.photos import make, normalised_photo
 from .support.tools import skip_or_fail
 
-# What makes a test CPU-bound for minutes: the export environment (torch) or the
-# full-size models (built on first use: four shapes x three precisions).
-HEAVY_FIXTURES = frozenset({"export_env", "full_models"})
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``heavy`` each test that uses a heavy fixture, directly or through another
-    (scripts/check runs those as a pytest of their own, beside the rest)."""
-    for item in items:
-        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.heavy)
-
 
 @pytest.fixture(autouse=True)
 def _isolated_paths(
