@@ -212,3 +212,27 @@ def _edge_only_rows(data: Data) -> list[str]:
             f"{max(before['ratios']):.3f}) | <= 1.02 |"
         )
     return rows
+
+
+def render_sizes(data: Data) -> str:
+    """The price of each size (scripts/price_sizes): the line above, the table."""
+    cpu = data["machine"]["cpu"]
+    head = (
+        f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), {data['threads']} threads, "
+        f"{data['rounds']} alternating rounds (medians), git {data['machine']['git_revision']}, "
+        f"image: {data['image']}"
+        + ("; random-init weights (the cost of a size, not its accuracy)." if data["random_init"]
+           else ".")
+    )  # fmt: skip
+    rows = [
+        "| size | core shape | tokens | GFLOP | core fp16 | core int8 | still fp16 | still int8 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in data["sizes"]:
+        core = [f"{r['core_ms'][p]:.0f} ms ({r['core_ratio'][p]:.2f})" for p in ("fp16", "int8")]
+        still = [f"{r['still_s'][p]:.2f} s ({r['still_ratio'][p]:.2f})" for p in ("fp16", "int8")]
+        rows.append(
+            f"| {r['size']} | {r['shape'][0]}x{r['shape'][1]} | {r['tokens']} | "
+            f"{r['gflop']:.1f} | {' | '.join(core)} | {' | '.join(still)} |"
+        )
+    return "\n".join([head, "", *rows])

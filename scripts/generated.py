@@ -62,6 +62,11 @@ PARTS = (
         lambda: gen_performance_table.render(_data("compare-x86_64.json")),
     ),
     Part(
+        "size price table",
+        ROOT / "docs/performance.md",
+        lambda: gen_performance_table.render_sizes(_data("sizes-x86_64.json")),
+    ),
+    Part(
         "peer table",
         ROOT / "docs/performance.md",
         lambda: gen_performance_table.render_peer(_data("peer-x86_64.json")),

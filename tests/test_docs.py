@@ -30,6 +30,39 @@ def test_a_stale_part_is_found_and_rewritten(tmp_path: Path) -> None:
     assert moved.written(drifted) == part.doc.read_text()
 
 
+def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
+    """scripts.price_sizes' summary: medians over rounds, ratios to the first size's in
+    the same run, and the table row that shows them."""
+    import argparse
+
+    from scripts import gen_performance_table, price_sizes
+
+    def point(core: float, still: float) -> dict[str, float]:
+        return {"core_ms": core, "still_s": still, "still_peak_rss_mib": 300.0}
+
+    rounds = [
+        {"504/fp16": point(c, 2.0), "504/int8": point(c, 2.0),
+         "280/fp16": point(c / 4, 1.0), "280/int8": point(c / 4, 1.0)}
+        for c in (400.0, 1000.0, 420.0)  # a noisy round: the median ignores it
+    ]  # fmt: skip
+    ns = argparse.Namespace(sizes=[504, 280])
+    rows = price_sizes.summarise(ns, rounds)
+    assert [(r["size"], r["shape"], r["tokens"]) for r in rows] == [
+        (504, [378, 504], 972), (280, [210, 280], 300)
+    ]  # fmt: skip
+    assert rows[0]["core_ms"]["fp16"] == 420.0 and rows[0]["core_ratio"]["fp16"] == 1.0
+    assert rows[1]["core_ms"]["int8"] == 105.0 and rows[1]["core_ratio"]["int8"] == 0.25
+    assert rows[1]["still_ratio"]["fp16"] == 0.5
+    for row, flops in zip(rows, (75.3, 20.1), strict=True):
+        row["gflop"] = flops
+    machine = {"cpu": {"model": "cpu", "machine": "x86_64", "cores": 2}, "git_revision": "abc"}
+    data = {"machine": machine, "threads": 2, "rounds": 3, "image": "img", "random_init": True,
+            "sizes": rows}  # fmt: skip
+    table = gen_performance_table.render_sizes(data)
+    assert "| 280 | 210x280 | 300 | 20.1 | 105 ms (0.25) | 105 ms (0.25) | 1.00 s (0.50) |" in table
+    assert "random-init weights (the cost of a size, not its accuracy)" in table
+
+
 def test_readme_names_the_test_command_ci_runs() -> None:
     """The README's test command is one script, the one .ci/run calls."""
     readme = (ROOT / "README.md").read_text()

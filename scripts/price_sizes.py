@@ -1,0 +1,197 @@
+"""The price of each core size (``--size``): GFLOP per forward, the core's time and a
+cold still, fp16 and int8, measured side by side in one run; the ratios are to 504's
+in that run.
+
+Run it in the export environment (it exports the models and counts FLOPs with torch;
+the timings run in the runtime environment's Python, as a user's would):
+
+    .venv-export/bin/python -m scripts.price_sizes --weights DIR --json docs/bench/sizes-x86_64.json
+
+``--weights``: the official release folder or seeded random weights (``da3-edge export
+--random-init 0 --save-weights DIR --weights-only``). Random weights price the cost of
+a size, never its accuracy. Each size is exported at the shape a 1200x1600 photo runs
+at (its 4:3 shape), fp16 and int8, into one folder; rounds alternate the sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support import ROOT
+
+SIZES = (504, 448, 392, 336, 280, 224)
+PRECISIONS = ("fp16", "int8")
+IMAGE = (1200, 1600)  # (H, W) of the synthetic photo: each size's 4:3 shape
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--weights", required=True, type=Path)
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                   help="comma-separated; the first is the one ratios are to")  # fmt: skip
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--runtime-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
+    p.add_argument("--models", type=Path, help="export into (and reuse) this folder")
+    p.add_argument("--json", type=Path, help="write the results here")
+    return p
+
+
+def export(weights: Path, out: Path, shapes: list[tuple[int, int]]) -> None:
+    """The cores at ``shapes``, fp16 and int8, verified, no stage programs."""
+    argv = [sys.executable, "-m", "edge", "export", "--weights", str(weights), "--out", str(out),
+            "--precision", ",".join(PRECISIONS), "--no-stages"]  # fmt: skip
+    for h, w in shapes:
+        argv += ["--shape", f"{h}x{w}"]
+    subprocess.run(argv, check=True, cwd=ROOT)
+
+
+def core_ms(models: Path, shape: tuple[int, int], precision: str, threads: int) -> float:
+    """The core's best of 5 runs after 2 warm-ups (this process: the runtime env's)."""
+    import numpy as np
+
+    from edge.core import Core
+    from edge.models import Manifest
+
+    manifest = Manifest.load(models)
+    artifact = manifest.find(shape, precision)
+    x = np.random.default_rng(0).standard_normal((1, 3, *shape)).astype(np.float32)
+    with Core(manifest.verify(artifact), threads=threads, precision=precision) as core:
+        core.run(x)
+        core.run(x)
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            core.run(x)
+            times.append(time.perf_counter() - t)
+    return min(times) * 1000
+
+
+def timed_core(
+    python: Path, models: Path, shape: tuple[int, int], precision: str, threads: int
+) -> float:
+    """``core_ms`` in a fresh runtime-env process (no torch beside the core)."""
+    argv = [str(python), "-m", "scripts.price_sizes", "core", str(models),
+            f"{shape[0]}x{shape[1]}", precision, str(threads)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"core timing failed: {proc.stderr[-2000:]}")
+    return float(json.loads(proc.stdout)["ms"])
+
+
+def gflop(shape: tuple[int, int]) -> float:
+    from scripts.compare_pytorch.measure import network_flops
+
+    return network_flops(shape)["core"] / 1e9
+
+
+def one_round(ns: argparse.Namespace, models: Path, photo: Path, work: Path) -> dict[str, Any]:
+    """Every size and precision once: the core's time and a cold still."""
+    from edge import bench
+    from edge.models import da3_shape
+
+    out: dict[str, Any] = {}
+    env = {"XDG_CACHE_HOME": str(work / "cache")}  # the weight cache: warm after round 0
+    for size in ns.sizes:
+        shape = da3_shape(*IMAGE, size)
+        for precision in PRECISIONS:
+            snap = [str(ns.runtime_python), "-m", "edge", "snap", str(photo), "-o",
+                    str(work / "out"), "--models", str(models), "--size", str(size),
+                    "--precision", precision, "--threads", str(ns.threads)]  # fmt: skip
+            still = bench.cold_still(snap, cwd=ROOT, env=env)
+            out[f"{size}/{precision}"] = {
+                "core_ms": timed_core(ns.runtime_python, models, shape, precision, ns.threads),
+                "still_s": still["seconds"],
+                "still_peak_rss_mib": still["peak_rss_mib"],
+            }
+            print(f"  {size} {precision}: core {out[f'{size}/{precision}']['core_ms']:.0f} ms, "
+                  f"still {still['seconds']:.2f} s", file=sys.stderr, flush=True)  # fmt: skip
+    return out
+
+
+def summarise(ns: argparse.Namespace, rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size: medians over the rounds, and their ratios to the first size's."""
+    from edge.models import da3_shape
+
+    def median(size: int, precision: str, key: str) -> float:
+        return float(statistics.median(r[f"{size}/{precision}"][key] for r in rounds))
+
+    base = ns.sizes[0]
+    rows = []
+    for size in ns.sizes:
+        shape = da3_shape(*IMAGE, size)
+        row: dict[str, Any] = {"size": size, "shape": list(shape),
+                               "tokens": (shape[0] // 14) * (shape[1] // 14)}  # fmt: skip
+        for key in ("core_ms", "still_s", "still_peak_rss_mib"):
+            row[key] = {p: median(size, p, key) for p in PRECISIONS}
+        for key, ratio in (("core_ms", "core_ratio"), ("still_s", "still_ratio")):
+            row[ratio] = {p: median(size, p, key) / median(base, p, key) for p in PRECISIONS}
+        rows.append(row)
+    return rows
+
+
+def child(argv: list[str]) -> int:
+    """``python -m scripts.price_sizes core DIR HxW PRECISION THREADS``: ``core_ms``."""
+    directory, shape, precision, threads = argv
+    h, w = (int(v) for v in shape.split("x"))
+    print(json.dumps({"ms": core_ms(Path(directory), (h, w), precision, int(threads))}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["core"]:
+        return child(argv[1:])
+    ns = parser().parse_args(argv)
+    ns.sizes = [int(v) for v in ns.sizes.split(",")]
+    from edge import bench
+    from edge.models import Manifest, da3_shape
+
+    with tempfile.TemporaryDirectory(prefix="da3-edge-price-") as tmp:
+        work = Path(tmp)
+        models = ns.models or work / "models"
+        shapes = [da3_shape(*IMAGE, size) for size in ns.sizes]
+        export(ns.weights.absolute(), models, shapes)
+        flops = {size: gflop(shape) for size, shape in zip(ns.sizes, shapes, strict=True)}
+        photo = work / "photo.jpg"
+        photo.write_bytes(bench.synthetic_jpeg(*IMAGE))
+        print("warm-up round (builds the weight caches; not counted)", file=sys.stderr)
+        one_round(ns, models, photo, work)
+        rounds = []
+        for n in range(ns.rounds):
+            print(f"round {n + 1} of {ns.rounds}", file=sys.stderr, flush=True)
+            rounds.append(one_round(ns, models, photo, work))
+        random_init = any(a.random_init for a in Manifest.load(models).cores())
+    rows = summarise(ns, rounds)
+    for row in rows:
+        row["gflop"] = flops[row["size"]]
+    data = {
+        "machine": bench.machine_info(),
+        "threads": ns.threads,
+        "rounds": ns.rounds,
+        "image": f"synthetic {IMAGE[0]}x{IMAGE[1]} JPEG",
+        "random_init": random_init,
+        "sizes": rows,
+        "raw": rounds,
+    }
+    text = json.dumps(data, indent=1) + "\n"
+    if ns.json:
+        ns.json.write_text(text)
+    from scripts.gen_performance_table import render_sizes
+
+    print(render_sizes(data))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
