@@ -20,7 +20,9 @@ def test_ready_with_models_and_a_writable_store(small_models: Path, tmp_path: Pa
     checks = {c["name"]: c for c in data["checks"]}
     assert data["ok"] is True
     assert checks["litert"]["status"] == "ok"
-    assert checks["models"]["status"] == "ok" and "3/3 intact" in checks["models"]["detail"]
+    assert (
+        checks["models"]["status"] == "ok" and "3/3 intact, sizes 182" in checks["models"]["detail"]
+    )
     assert "RANDOM-INIT" in checks["models"]["detail"]
     assert checks["store"]["status"] == "ok"
     # No camera on this machine: a warning, not a failure.

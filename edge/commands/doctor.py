@@ -160,7 +160,10 @@ def check_models(directory: Path) -> list[Check]:
     out.insert(
         0,
         Check(
-            "models", status, f"{directory}: {len(cores) - bad}/{len(cores)} intact{loaded}{flag}"
+            "models",
+            status,
+            f"{directory}: {len(cores) - bad}/{len(cores)} intact, sizes "
+            f"{', '.join(map(str, manifest.sizes()))}{loaded}{flag}",
         ),
     )
     return out

@@ -148,12 +148,20 @@ def _export(
 
     require_export_env()
     from edge.export import convert, weights
+    from edge.models import Manifest, sha256_file
 
-    if ns.random_init is not None:
+    file = None
+    if ns.random_init is None:
+        file = weights.resolve_weights_file(
+            Path(ns.weights) if ns.weights else weights.download_weights()
+        )
+    if not ns.weights_only:  # a folder of other weights: refused before any work
+        provenance = f"sha256:{sha256_file(file)}" if file else f"random-init:{ns.random_init}"
+        convert.check_same_weights(Manifest.load_or_new(out), provenance)
+    if file is None:
         console.say(f"weights: random-init:{ns.random_init} (NOT a real model)")
         filled = weights.random_init(ns.random_init)
     else:
-        file = Path(ns.weights) if ns.weights else weights.download_weights()
         filled = weights.load_official(file)
         console.say(f"weights: {filled.source} ({filled.provenance})")
     if ns.save_weights:

@@ -124,7 +124,7 @@ def export(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = Manifest.load_or_new(out)
-    _check_same_weights(manifest, weights)
+    check_same_weights(manifest, weights.provenance)
     versions = _versions()
     start = time.monotonic()
     written: list[Artifact] = []
@@ -267,8 +267,9 @@ def _export_stages(
     return made
 
 
-def _check_same_weights(manifest: Manifest, weights: Weights) -> None:
-    others = {a.weights for a in manifest.cores()} - {weights.provenance}
+def check_same_weights(manifest: Manifest, provenance: str) -> None:
+    """A model folder holds one set of weights: refuse another's (``provenance``)."""
+    others = {a.weights for a in manifest.cores()} - {provenance}
     if others:
         raise EdgeError(
             f"{manifest.directory} already holds models from other weights "
