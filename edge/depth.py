@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from edge.models import size_of
+
 
 @dataclass
 class DepthFrame:
@@ -70,7 +72,7 @@ class DepthFrame:
             "source_size": list(self.source_size),
             "source_mode": self.source_mode,
             "exif_transposed": self.exif_transposed,
-            "size": max(self.shape_used),  # the core's long side (--size)
+            "size": size_of(self.shape_used),  # the core's long side (--size)
             "shape_wanted": list(self.shape_wanted),
             "shape_used": list(self.shape_used),
             "resized_to_nearest_shape": self.resized_to_nearest,

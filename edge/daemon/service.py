@@ -61,11 +61,18 @@ def camera_streams(config: config_mod.Config, pipeline: Pipeline) -> Streams:
     larger, and the full one too only when an output shows the picture itself ("rgb"
     in store.formats)."""
     cam = config.camera
-    try:
-        long_side = max(pipeline.choose((cam.height, cam.width))[1])
-    except EdgeError:  # no core for it (--strict-shape): each frame says so
-        long_side = 0
+    core = camera_core(config.camera, pipeline)
+    long_side = max(core) if core else 0
     return Streams.for_core(cam.width, cam.height, long_side, full="rgb" in config.store.formats)
+
+
+def camera_core(cam: config_mod.CameraConfig, pipeline: Pipeline) -> tuple[int, int] | None:
+    """The core shape the camera's picture runs at (None: no core for it, with
+    --strict-shape: each frame says so)."""
+    try:
+        return pipeline.choose((cam.height, cam.width))[1]
+    except EdgeError:
+        return None
 
 
 def make_store(store: config_mod.StoreConfig) -> FrameStore:
@@ -153,14 +160,6 @@ class Daemon:
             f"camera {_said(self.capture.state)}, store {_said(self.writer.state)}"
         )
 
-    def camera_shape(self) -> list[int] | None:
-        """The core shape the camera's picture runs at (None: no core for it)."""
-        cam = self.config.camera
-        try:
-            return list(self.inference.pipeline.choose((cam.height, cam.width))[1])
-        except EdgeError:
-            return None
-
     def status_document(self) -> dict[str, Any]:
         pipeline, config = self.inference.pipeline, self.config
         cores = pipeline.artifacts
@@ -176,7 +175,7 @@ class Daemon:
                 "stages": pipeline.stages.name,
                 "workers": pipeline.workers,
                 "size": pipeline.size,
-                "shape": self.camera_shape(),
+                "shape": camera_core(config.camera, pipeline),
                 "shapes": [list(s) for s in pipeline.shapes],
                 "weights": sorted({a.weights for a in cores}),
                 "random_init": any(a.random_init for a in cores),
