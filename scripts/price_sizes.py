@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +56,9 @@ def export(weights: Path, out: Path, shapes: list[tuple[int, int]]) -> None:
 
 def core_ms(models: Path, shape: tuple[int, int], precision: str, threads: int) -> float:
     """The core's best of 5 runs after 2 warm-ups (this process: the runtime env's)."""
-    import numpy as np
+    from scripts.compare_pytorch.measure import core_latency
 
-    from edge.core import Core
-    from edge.models import Manifest
-
-    manifest = Manifest.load(models)
-    artifact = manifest.find(shape, precision)
-    x = np.random.default_rng(0).standard_normal((1, 3, *shape)).astype(np.float32)
-    with Core(manifest.verify(artifact), threads=threads, precision=precision) as core:
-        core.run(x)
-        core.run(x)
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            core.run(x)
-            times.append(time.perf_counter() - t)
-    return min(times) * 1000
+    return core_latency(models, threads, shape, only=precision)[precision] * 1000
 
 
 def timed_core(
