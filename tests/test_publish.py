@@ -159,6 +159,10 @@ def test_discovery_availability_and_a_state_for_every_frame(
             wait(lambda: any(json.loads(m.payload)["store_seq"] == last
                              for m in listener.on("/state")), 10, "the last frame's state")  # fmt: skip
             wait(lambda: listener.on("/preview"), 10, "a preview")
+            # The daemon's last status.json (written as it stopped) reaches the stats topic
+            # after the last frame's state: wait for it before stopping the publisher.
+            wait(lambda: any(json.loads(m.payload)["state"] == "stopped"
+                             for m in listener.on("/stats")), 20, "the final stats", pub.log)  # fmt: skip
         seqs = [json.loads(m.payload)["store_seq"] for m in listener.on("/state")]
         print(f"state for frames {seqs[0]}..{seqs[-1]}: {len(seqs)} messages")
         assert seqs == list(range(first, last + 1)), seqs  # every frame, in order, once
