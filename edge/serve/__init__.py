@@ -59,10 +59,13 @@ def run(config: Config, store: Path) -> int:
     if is_loopback(serve.host):
         guarded = HostCheck(guarded, serve.hosts)
     limits = Limits(serve.connections, serve.header_timeout, serve.send_timeout)
-    # Open /events and /stream.mjpg clients get 2 s at a stop, then are closed.
+    # Open /events and /stream.mjpg clients get 2 s at a stop, then are closed. The
+    # listen backlog is also how many connections asyncio accepts in one turn, before
+    # the ones made to give way are closed: uvicorn's 2048 lets a burst run serve out of
+    # a unit's 1024 files (EMFILE; accepting pauses). At ``connections``: at most twice that.
     config_ = uvicorn.Config(
         guarded, http=protocol(limits), log_level="warning", access_log=False,
-        lifespan="on", timeout_graceful_shutdown=2,
+        lifespan="on", timeout_graceful_shutdown=2, backlog=serve.connections,
     )  # fmt: skip
     server = uvicorn.Server(config_)
     shown = f"[{host}]" if ":" in host else host
