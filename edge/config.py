@@ -25,6 +25,7 @@ from edge.models import MAX_SIZE, MIN_SIZE, PATCH, PRECISIONS, check_size
 from edge.stages import BACKENDS
 
 STAGES = tuple(BACKENDS)
+STORE_SIZES = ("core", "camera")  # store.size
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class StoreConfig:
     keep_frames: int = 100
     max_bytes: int = 268435456
     formats: tuple[str, ...] = DEFAULT_FORMATS
+    size: str = "core"  # STORE_SIZES: the outputs at the core's resolution, or the camera's
     preview_max_side: int = 640
     persist_dir: str = ""
     persist_every: float = 60.0
@@ -311,6 +313,8 @@ def _validate_store(store: StoreConfig, fail: Fail) -> None:
     bad = [f for f in store.formats if f not in FORMATS]
     if bad:
         fail("store", "formats", f"has unknown format(s) {bad} (use {', '.join(FORMATS)})")
+    if store.size not in STORE_SIZES:
+        fail("store", "size", f"must be one of {', '.join(STORE_SIZES)}, not {store.size!r}")
     if store.preview_max_side < 0:
         fail("store", "preview_max_side", "must be 0 (full size) or more")
     if store.persist_every <= 0:

@@ -16,7 +16,8 @@ from edge.models import size_of
 
 @dataclass
 class DepthFrame:
-    """Relative depth and confidence for one image, at the image's displayed size.
+    """Relative depth and confidence for one image, at the image's displayed size (or,
+    for the daemon's ``store.size = "core"``, at the core's: ``output_size``).
 
     ``depth`` is DA3's relative depth: larger = farther, on an arbitrary per-image
     scale; not metres. ``conf`` is DA3's confidence (>= 1, larger = surer).
@@ -45,6 +46,11 @@ class DepthFrame:
     _depth_range: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
     @property
+    def output_size(self) -> tuple[int, int]:
+        """(H, W) of ``depth`` and ``conf``."""
+        return (int(self.depth.shape[0]), int(self.depth.shape[1]))
+
+    @property
     def resized_to_nearest(self) -> bool:
         return self.shape_used != self.shape_wanted
 
@@ -70,6 +76,7 @@ class DepthFrame:
             "threads": self.threads,
             "fp16_arithmetic": self.fp16_arithmetic,
             "source_size": list(self.source_size),
+            "output_size": list(self.output_size),  # the maps' (H, W): the source's or the core's
             "source_mode": self.source_mode,
             "exif_transposed": self.exif_transposed,
             "size": size_of(self.shape_used),  # the core's long side (--size)

@@ -324,15 +324,19 @@ class Pipeline(Closing):
         job.timings["core"] = job.core.last_ms
         trace.mark("core run")
 
-    def finish(self, job: Job) -> DepthFrame:
-        """Postprocess to the image's size (collecting first if not done yet)."""
+    def finish(self, job: Job, *, at_core: bool = False) -> DepthFrame:
+        """Postprocess to the image's size (collecting first if not done yet);
+        ``at_core``: keep the core's own resolution (the daemon's ``store.size = "core"``)."""
         if job.raw is None:
             self.collect(job)
         assert job.raw is not None
         still, artifact = job.still, job.artifact
         t3 = time.perf_counter()
         size = job.size or still.size
-        depth, conf = self.stages.postprocess(*job.raw, size)
+        if at_core:  # copies: a worker process's answer lives in memory it reuses
+            depth, conf = (np.array(a, dtype=np.float32) for a in job.raw)
+        else:
+            depth, conf = self.stages.postprocess(*job.raw, size)
         job.raw = None
         job.timings["postprocess"] = (time.perf_counter() - t3) * 1000
         trace.mark("postprocessed")

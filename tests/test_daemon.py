@@ -28,12 +28,15 @@ from .support.tools import run_cli, run_main, tmpfs
 FILES = {"frame.depth.png", "frame.npz", "frame.preview.png", "frame.json"}
 
 
-def assert_complete(frame_dir: Path) -> dict[str, Any]:
+def assert_complete(frame_dir: Path, size: str = "core") -> dict[str, Any]:
+    """All of a frame's files, its maps at store.size's: the core's or the camera's."""
     names = {p.name for p in frame_dir.iterdir()}
     assert names == FILES, (frame_dir, names)
     meta: dict[str, Any] = json.loads((frame_dir / "frame.json").read_text())
+    out = {"core": tuple(meta["shape_used"]), "camera": (240, 320)}[size]
+    assert tuple(meta["output_size"]) == out and meta["source_size"] == [240, 320]
     with np.load(frame_dir / "frame.npz") as npz:
-        assert npz["depth"].shape == (240, 320)
+        assert npz["depth"].shape == npz["conf"].shape == out
     return meta
 
 
@@ -462,7 +465,7 @@ def test_sighup_with_a_new_model_switches_between_frames(
 
 def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Path) -> None:
     """model.workers = 2: two worker processes, a frame in each at the same time, the
-    results written in capture order."""
+    results written in capture order (at the camera's size: store.size = "camera")."""
     from edge import config as config_mod
     from edge.daemon import Daemon
     from edge.systemd import Notifier
@@ -470,7 +473,8 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
     store = tmp_path / "store"
     cfg = write_config(
         tmp_path / "c.toml", "fake:fps:100", store, small_models,
-        model={"workers": 2, "threads": 1}, store={"dir": str(store), "keep_frames": 20},
+        model={"workers": 2, "threads": 1},
+        store={"dir": str(store), "keep_frames": 20, "size": "camera"},
     )  # fmt: skip
     daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=8)
     pipeline = daemon.inference.pipeline
@@ -508,7 +512,7 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
         f"{len(events) // 2} frames, at most {most} in flight, workers {sorted(set(workers.values()))}"
     )
     assert most == 2 and set(workers.values()) == {0, 1}
-    metas = [assert_complete(d) for d in frame_dirs(store)]
+    metas = [assert_complete(d, "camera") for d in frame_dirs(store)]
     assert len(metas) >= 8
     assert all(m["workers"] == 2 and m["threads"] == 1 for m in metas)
     seqs = [m["camera_seq"] for m in sorted(metas, key=lambda m: m["store_seq"])]

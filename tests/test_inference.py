@@ -47,11 +47,13 @@ def frame(seq: int) -> Frame:
 class Running:
     """An Inference on its own thread, like the daemon's, fed by the test."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, at_core: bool = False) -> None:
         self.mailbox = Mailbox()
         self.results = Results(maxsize=100)
         self.stop = threading.Event()
-        self.inference = Inference(pipeline, self.mailbox, self.results, self.stop, lambda: None)
+        self.inference = Inference(
+            pipeline, self.mailbox, self.results, self.stop, lambda: None, at_core=at_core
+        )
         self.thread = threading.Thread(target=self.inference.run, name="infer", daemon=True)
         self.replaced = 0
 
@@ -70,8 +72,8 @@ class Running:
 
 
 @contextmanager
-def running(pipeline: Pipeline) -> Iterator[Running]:
-    r = Running(pipeline)
+def running(pipeline: Pipeline, at_core: bool = False) -> Iterator[Running]:
+    r = Running(pipeline, at_core)
     r.thread.start()
     try:
         yield r
@@ -227,6 +229,32 @@ def test_a_frame_from_a_scaled_stream_gives_depth_at_the_cameras_size(tmp_path: 
     assert result.depth.rgb is full
 
 
+def test_at_the_cores_size_the_outputs_are_the_cores_own(tmp_path: Path) -> None:
+    """store.size = "core": depth and confidence are the core's answer as it came (no
+    postprocess), the record says both sizes, and a reload's switch back to the camera's
+    size applies from the next frame."""
+    models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
+    pipeline, _ = fake_pipeline(models)
+    small = np.full((20, 30, 3), 90, np.uint8)
+
+    def put(r: Running, seq: int) -> Result:
+        r.mailbox.put(Frame(small, seq, time.time(), time.monotonic(), camera_size=(60, 40)))
+        (result,) = r.take(1)
+        return result
+
+    with running(pipeline, at_core=True) as r:
+        at_core = put(r, 0).depth
+        r.inference.at_core = False  # what the main thread's reload does
+        at_camera = put(r, 1).depth
+    expected = pipeline.stages.preprocess(small, (56, 42)).mean(axis=1)[0] + 10.0
+    np.testing.assert_array_equal(at_core.depth, expected)
+    np.testing.assert_array_equal(at_core.conf, np.ones((56, 42), np.float32))  # image 0
+    assert at_core.timings_ms["postprocess"] < 5
+    summary = at_core.summary()
+    assert summary["output_size"] == [56, 42] and summary["source_size"] == [60, 40]
+    assert at_camera.output_size == at_camera.source_size == (60, 40)
+
+
 def test_the_daemon_asks_the_camera_for_the_chosen_cores_size(tmp_path: Path) -> None:
     """The small stream is the long side of the core chosen for the camera's picture,
     the full picture only when "rgb" is among the outputs, none when the camera's
@@ -238,12 +266,15 @@ def test_the_daemon_asks_the_camera_for_the_chosen_cores_size(tmp_path: Path) ->
     models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
     pipeline, _ = fake_pipeline(models)
 
-    def streams(camera: str, formats: str = '["npz"]') -> Streams:
-        text = f"[camera]\n{camera}\n[store]\nformats = {formats}\n"
+    def streams(camera: str, formats: str = '["npz"]', size: str = "core") -> Streams:
+        text = f'[camera]\n{camera}\n[store]\nformats = {formats}\nsize = "{size}"\n'
         return camera_streams(config_mod.parse(text), pipeline)
 
     with pipeline:
         assert streams("width = 640\nheight = 480") == Streams((56, 42), False)
         assert streams("width = 480\nheight = 640") == Streams((42, 56), False)
-        assert streams("width = 640\nheight = 480", '["npz", "rgb"]') == Streams((56, 42), True)
+        # "rgb" at the core's size: the small picture serves; at the camera's, the full one.
+        assert streams("width = 640\nheight = 480", '["npz", "rgb"]') == Streams((56, 42), False)
+        rgb = streams("width = 640\nheight = 480", '["npz", "rgb"]', "camera")
+        assert rgb == Streams((56, 42), True)
         assert streams("width = 40\nheight = 30") == Streams(None, False)

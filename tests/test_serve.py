@@ -44,13 +44,16 @@ def test_the_newest_frame_its_files_and_its_status(small_models: Path, tmp_path:
         store_id = (store / "store-id").read_text().strip()
         assert headers["etag"] == f'"{store_id}-{record["store_seq"]}"'
         assert record["random_init"] is True and "not metres" in record["depth"]["kind"]
+        # The default store.size: the outputs at the core's resolution, the camera's beside.
+        out = tuple(record["output_size"])
+        assert out == tuple(record["shape_used"]) and record["source_size"] == [240, 320]
         code, _, _ = s.get("/latest.json", {"If-None-Match": headers["etag"]})
         assert code in (200, 304)  # 200 only if a newer frame came in between
         for path, check in (
             ("/latest.png", lambda b: Image.open(io.BytesIO(b)).mode.startswith("I;16")),
             ("/latest.preview.png", lambda b: Image.open(io.BytesIO(b)).format == "PNG"),
             ("/latest.jpg", lambda b: Image.open(io.BytesIO(b)).format == "JPEG"),
-            ("/latest.npz", lambda b: np.load(io.BytesIO(b))["depth"].shape == (240, 320)),
+            ("/latest.npz", lambda b: np.load(io.BytesIO(b))["depth"].shape == out),
         ):
             code, headers, body = s.get(path)
             assert code == 200 and check(body), path
@@ -67,7 +70,7 @@ def test_the_newest_frame_its_files_and_its_status(small_models: Path, tmp_path:
         code, _, _ = s.get("/latest.json", {"If-None-Match": 'W/"garbage, "x'})  # malformed
         assert code == 200
         code, _, body = s.get("/latest.npz", {"Range": "bytes=oops-"})  # ignored, whole file
-        assert code == 200 and np.load(io.BytesIO(body))["depth"].shape == (240, 320)
+        assert code == 200 and np.load(io.BytesIO(body))["depth"].shape == out
         assert d.stop() == 0
     assert "Traceback" not in s.log, s.log
 
@@ -273,15 +276,16 @@ def test_mjpeg_stream_parts_are_whole_jpegs_of_new_frames_in_each_view(
     ):
         d.wait_for(lambda: frame_dirs(store), what="a frame")
         assert (frame_dirs(store)[-1] / "frame.rgb.jpg").is_file()
+        w, h = outputs_wh(store)
         code, headers, scene = s.get("/latest.rgb.jpg")
         assert code == 200 and headers["content-type"] == "image/jpeg"
         with Image.open(io.BytesIO(scene)) as im:
-            assert im.format == "JPEG" and im.size == (320, 240)  # the outputs' size
+            assert im.format == "JPEG" and im.size == (w, h)  # the outputs' size
         views = {view: mjpeg_parts(s.port, view, 3) for view in ("depth", "rgb", "side")}
         code, _, body = s.get("/stream.mjpg?view=both")
         assert code == 400 and body == b"view must be one of depth, rgb, side\n"
         assert d.stop() == 0
-    sizes = {"depth": (320, 240), "rgb": (320, 240), "side": (640, 240)}
+    sizes = {"depth": (w, h), "rgb": (w, h), "side": (2 * w, h)}
     for view, images in views.items():
         for data in images:
             with Image.open(io.BytesIO(data)) as im:
@@ -295,6 +299,12 @@ def test_mjpeg_stream_parts_are_whole_jpegs_of_new_frames_in_each_view(
         diff = np.abs(np.asarray(a, np.int16) - np.asarray(b, np.int16)).mean()
     print(f"scene vs depth preview: mean |difference| {diff:.1f} levels")
     assert diff > 20
+
+
+def outputs_wh(store: Path) -> tuple[int, int]:
+    """(W, H) of the newest frame's outputs, from its record."""
+    h, w = json.loads((frame_dirs(store)[-1] / "frame.json").read_text())["output_size"]
+    return w, h
 
 
 def test_the_live_page_in_a_real_browser(fake_models: Path, tmp_path: Path) -> None:
@@ -328,7 +338,7 @@ def test_the_live_page_in_a_real_browser(fake_models: Path, tmp_path: Path) -> N
             assert page.inner_text("#camera") == "ok" and page.inner_text("#daemon") == "running"
             age = float(page.inner_text("#age").removesuffix(" s"))
             assert 0 <= age < 5, age
-            _the_view_switch(page, time.monotonic() + 60)
+            _the_view_switch(page, time.monotonic() + 60, outputs_wh(store))
             shot = cache_dir() / "artifacts" / "serve-page.png"
             shot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(shot), full_page=True)
@@ -359,7 +369,7 @@ def _previews_change(page: Any, end: float) -> list[tuple[str, str]]:
     return seen
 
 
-def _the_view_switch(page: Any, end: float) -> None:
+def _the_view_switch(page: Any, end: float, wh: tuple[int, int]) -> None:
     """The scene, then both side by side: each view's image is its own."""
     views = {}
     for view in ("depth", "rgb", "side"):
@@ -376,8 +386,8 @@ def _the_view_switch(page: Any, end: float) -> None:
         assert page.get_attribute(f"#view-{view}", "aria-pressed") == "true"
         assert page.is_hidden("#scale") is (view == "rgb")  # no depth colours
     print("views:", {v: size for v, (size, _) in views.items()})
-    assert views["depth"][0] == views["rgb"][0] == [320, 240]
-    assert views["side"][0] == [640, 240]  # the scene and the depth, side by side
+    assert views["depth"][0] == views["rgb"][0] == list(wh)
+    assert views["side"][0] == [2 * wh[0], wh[1]]  # the scene and the depth, side by side
     assert views["rgb"][1] != views["depth"][1] != views["side"][1]
 
 

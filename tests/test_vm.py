@@ -525,13 +525,15 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], small_mode
     assert "random-init" in summary["warning"]  # flagged: never passed off as DA3's depth
     depth = np.load(frames[-1] / "frame.npz")["depth"]
     # The daemon's pipeline took the small stream's picture: the host takes the same
-    # (the "small" part's), for the camera's picture size.
+    # (the "small" part's), for the camera's picture size, its outputs at the core's
+    # (the default store.size).
     rgb = np.load(boots[1].job / "frames" / "small.npy")
     with Pipeline.load(PipelineSpec(small_models, precision="fp16")) as pipe:
         job = pipe.prepare(rgb, size=(H, W))
         pipe.submit(job)
-        host = pipe.finish(job).depth
-    assert depth.shape == host.shape == (H, W), (depth.shape, host.shape)
+        host = pipe.finish(job, at_core=True).depth
+    assert summary["source_size"] == [H, W]
+    assert depth.shape == host.shape == tuple(summary["shape_used"]), (depth.shape, host.shape)
     r = pearson(depth, host)
     rel = float(np.abs(depth - host).max() / np.abs(host).max())
     print(f"daemon in the VM vs the host's pipeline: Pearson {r:.6f}, max |diff| / max {rel:.2e}")

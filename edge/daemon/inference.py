@@ -97,10 +97,11 @@ class Inference:
     """The inference thread (``run``).
 
     Owns, written by its thread only: ``pipeline`` (the one in use), ``pending`` (the
-    frames in flight, oldest first), ``counters`` and the recent stage times. The
-    main thread hands a reloaded pipeline over with ``offer`` (a locked slot); this
-    thread adopts it between frames, after finishing what the old one is computing.
-    ``close`` is for after the thread has ended.
+    frames in flight, oldest first), ``counters`` and the recent stage times. Set by the
+    main thread, read between frames: ``at_core`` (store.size). The main thread hands a
+    reloaded pipeline over with ``offer`` (a locked slot); this thread adopts it between
+    frames, after finishing what the old one is computing. ``close`` is for after the
+    thread has ended.
     """
 
     def __init__(
@@ -110,8 +111,11 @@ class Inference:
         results: Results,
         stop: threading.Event,
         beat: Callable[[], None],
+        *,
+        at_core: bool = False,
     ) -> None:
         self.pipeline = pipeline
+        self.at_core = at_core  # the outputs at the core's resolution (store.size)
         self.mailbox = mailbox
         self.results = results
         self.stop = stop
@@ -210,7 +214,7 @@ class Inference:
         """Postprocess a collected frame and hand it to the writer."""
         used = pipeline or self.pipeline
         try:
-            depth = used.finish(item.job)
+            depth = used.finish(item.job, at_core=self.at_core)
         except EdgeError as exc:
             self._failed("postprocess", item.frame, exc)
             return

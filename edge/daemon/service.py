@@ -59,11 +59,13 @@ def camera_streams(config: config_mod.Config, pipeline: Pipeline) -> Streams:
     """What the pipeline needs of the camera: a picture scaled down to the input of the
     core it chooses for the camera's size (that core's long side) when the camera's is
     larger, and the full one too only when an output shows the picture itself ("rgb"
-    in store.formats)."""
+    in store.formats) at the camera's size (store.size = "camera"; at the core's, the
+    small picture is as large as the outputs)."""
     cam = config.camera
     core = camera_core(config.camera, pipeline)
     long_side = max(core) if core else 0
-    return Streams.for_core(cam.width, cam.height, long_side, full="rgb" in config.store.formats)
+    full = "rgb" in config.store.formats and config.store.size == "camera"
+    return Streams.for_core(cam.width, cam.height, long_side, full=full)
 
 
 def camera_core(cam: config_mod.CameraConfig, pipeline: Pipeline) -> tuple[int, int] | None:
@@ -125,8 +127,9 @@ class Daemon:
             streams=self.streams,
         )  # fmt: skip
         self.inference = Inference(
-            pipeline, self.mailbox, self.results, self.stop_event, self._beater("infer")
-        )
+            pipeline, self.mailbox, self.results, self.stop_event, self._beater("infer"),
+            at_core=config.store.size == "core",
+        )  # fmt: skip
         self.writer = Writer(
             self.store, config.camera.source, self.results, self.stop_event,
             self._beater("write"), max_frames=max_frames,
@@ -231,6 +234,7 @@ class Daemon:
                 new = replace(new, model=old.model)
         if new.store != old.store:
             self.store = make_store(new.store)
+            self.inference.at_core = new.store.size == "core"  # from the next frame
         if new.store != old.store or new.camera.source != old.camera.source:
             self.writer.reconfigure(self.store, new.camera.source)
         streams = camera_streams(new, pipeline)
