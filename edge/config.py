@@ -21,7 +21,7 @@ from typing import Any
 
 from edge.errors import ConfigError
 from edge.layout import DEFAULT_FORMATS, FORMATS
-from edge.models import MAX_SIZE, MIN_SIZE, PATCH, PRECISIONS, check_size
+from edge.models import PRECISIONS, check_size
 from edge.stages import BACKENDS
 
 STAGES = tuple(BACKENDS)
@@ -286,11 +286,8 @@ def _validate_daemon(config: Config, fail: Fail) -> None:
     if model.size:
         try:
             check_size(model.size)
-        except ValueError:
-            fail(
-                "model", "size", f"must be 0 (504 when exported, else the only size) or a "
-                f"multiple of {PATCH} from {MIN_SIZE} to {MAX_SIZE}, not {model.size}"
-            )  # fmt: skip
+        except ValueError as exc:
+            fail("model", "size", f"must be 0 (504 when exported, else the only size): {exc}")
     if model.stages not in STAGES:
         fail("model", "stages", f"must be one of {', '.join(STAGES)}, not {model.stages!r}")
     if model.threads < 0:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edge import bench
 
-from .support.tools import run_cli
+from .support.tools import run_cli, run_main
 
 
 def test_bench_json_runtime_env(small_models: Path) -> None:
@@ -89,3 +89,10 @@ def test_bench_usage_errors(small_models: Path) -> None:
     assert "unknown precision 'fp8' (choose from fp32, fp16, int8)" in proc.stderr
     proc = run_cli(["bench", "--models", str(small_models), "--threads", "0"])
     assert proc.returncode == 2 and "--threads must be positive" in proc.stderr
+    for sizes, message in (
+        ("182,281", "--size: size 281: the core's long side must be a multiple of 14"),
+        ("", "--size: '' is not a number, e.g. 280"),
+        ("280,182", "size 280 is not exported in"),
+    ):
+        proc = run_main(["bench", "--models", str(small_models), "--size", sizes])
+        assert proc.returncode == 2 and message in proc.stderr, (sizes, proc.stderr)

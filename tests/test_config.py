@@ -53,7 +53,10 @@ def test_every_key_is_documented_with_its_flag() -> None:
         ("[cam]\n", "c.toml:1: cam: unknown section"),
         ("[model]\nworkers = 0\n", "c.toml:2: model.workers must be 1 to 8"),
         ("[model]\nsize = 281\n", "c.toml:2: model.size must be 0 (504 when exported, else"),
-        ("[model]\nsize = 2016\n", "a multiple of 14 from 56 to 1008, not 2016"),
+        (
+            "[model]\nsize = 2016\n",
+            "size 2016: the core's long side must be a multiple of 14 from 56 to 1008",
+        ),
         ("[store]\nformats = ['tiff']\n", "c.toml:2: store.formats has unknown format(s)"),
         ("[camera]\nsource = 'usb'\n", "c.toml:2: camera.source is not a usable source"),
         ("[camera]\nsource = 'fake:explode'\n", "unknown step"),

@@ -107,14 +107,14 @@ def main(args: Sequence[str] | None = None) -> int:
             )
     sizes = manifest.sizes()
     if ns.size is not None:
-        asked = [options.size(v.strip()) for v in ns.size.split(",")] if ns.size else []
+        asked = options.split_sizes(ns.size)
         missing = [str(v) for v in asked if v not in sizes]
-        if not asked or missing:
+        if missing:
             raise UsageError(
-                f"size {', '.join(missing) or repr(ns.size)} is not exported in {models} "
+                f"size {', '.join(missing)} is not exported in {models} "
                 f"(have {', '.join(map(str, sizes))}; `da3-edge export --size N` makes one)"
             )
-        sizes = sorted(set(asked), reverse=True)
+        sizes = sorted(asked, reverse=True)
     else:
         sizes = sorted(sizes, reverse=True)
     cores = platform.cpu_features().cores

@@ -155,14 +155,15 @@ def _export(
         file = weights.resolve_weights_file(
             Path(ns.weights) if ns.weights else weights.download_weights()
         )
+    digest = sha256_file(file) if file is not None else None
     if not ns.weights_only:  # a folder of other weights: refused before any work
-        provenance = f"sha256:{sha256_file(file)}" if file else f"random-init:{ns.random_init}"
+        provenance = f"sha256:{digest}" if digest else f"random-init:{ns.random_init}"
         convert.check_same_weights(Manifest.load_or_new(out), provenance)
     if file is None:
         console.say(f"weights: random-init:{ns.random_init} (NOT a real model)")
         filled = weights.random_init(ns.random_init)
     else:
-        filled = weights.load_official(file)
+        filled = weights.load_official(file, digest=digest)
         console.say(f"weights: {filled.source} ({filled.provenance})")
     if ns.save_weights:
         target = weights.save_official_layout(

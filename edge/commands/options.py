@@ -92,6 +92,20 @@ def _add_choice(
     p.add_argument(flag, default=default, choices=choices, help=f"{what} ({source})")
 
 
+def split_sizes(value: str) -> list[int]:
+    """``--size LIST`` (comma-separated core sizes), each checked as ``--size N`` is, in
+    order, without repeats; UsageError naming the bad item."""
+    sizes: list[int] = []
+    for item in (part.strip() for part in value.split(",")):
+        try:
+            number = size(item)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--size: {exc}") from None
+        if number not in sizes:
+            sizes.append(number)
+    return sizes
+
+
 def split_list(value: str, allowed: Sequence[str], what: str) -> list[str]:
     """A comma-separated flag value, each item checked against ``allowed`` (an empty
     item too: ``--precision ''`` must not mean none), in order, without repeats;

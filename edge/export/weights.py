@@ -103,8 +103,9 @@ class _Release(nn.Module):
         self.model = net
 
 
-def load_official(path: Path) -> Weights:
-    """Load release weights into the reference network, strictly.
+def load_official(path: Path, digest: str | None = None) -> Weights:
+    """Load release weights into the reference network, strictly (``digest``: the
+    file's SHA-256 when the caller has it already; a 137 MB file is not read twice).
 
     The release is written with ``safetensors.torch.save_model``, which stores a
     tensor shared by several modules once (DA3's aux head reuses one LayerNorm), so it
@@ -129,7 +130,8 @@ def load_official(path: Path) -> Weights:
             f"{len(unexpected)} unexpected, e.g. {sorted(unexpected)[:3]})"
         )
     seed = random_seed_of(file)
-    return Weights(net.eval(), f"sha256:{sha256_file(file)}", seed is not None, str(file))
+    digest = digest or sha256_file(file)
+    return Weights(net.eval(), f"sha256:{digest}", seed is not None, str(file))
 
 
 def _drop_stored_aliases(file: Path, module: nn.Module, unexpected: list[str]) -> list[str]:
