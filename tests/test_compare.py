@@ -45,7 +45,8 @@ EDGE = {"da3-edge", "da3-edge-executorch", "da3-edge-cache-off", "da3-edge-int8"
 
 def test_compare_pytorch_stills(compared: Compared) -> None:
     data, printed = compared
-    assert data["core_shape"] == [378, 504]
+    assert data["core_shape"] == [378, 504] and data["size"] == 504
+    assert "core 378x504 (size 504)" in printed
     assert data["pytorch_forward_s"] > 0
     assert set(data["core_s"]) == {"fp32", "fp16", "int8"}
     assert set(data["still_s"]) == {"pytorch", "da3-edge-before", *EDGE}
@@ -138,3 +139,20 @@ def test_read_pfm_is_top_down(tmp_path: Path) -> None:
     path.write_bytes(b"PF\n4 3\n-1\n" + np.zeros(36, "<f4").tobytes())  # colour: refused
     with pytest.raises(SystemExit, match="not a greyscale PFM"):
         read_pfm(path)
+
+
+def test_compare_at_another_size_asks_both_contenders_for_it(tmp_path: Path) -> None:
+    """--size N: DA3's process_res N for the reference, `snap --size N` for da3-edge (the
+    daemon's model.size too); a size no core can have is a usage error."""
+    from scripts.compare_pytorch.__main__ import parse, pytorch_argv, snap_argv
+
+    ns, _ = parse(["--weights", str(tmp_path), "--models", str(tmp_path), "--size", "280"])
+    assert ns.size == 280
+    assert pytorch_argv(ns, tmp_path / "a.jpg", tmp_path)[-1] == "280"
+    argv = snap_argv(ns, tmp_path / "a.jpg", tmp_path / "out")
+    assert argv[argv.index("--size") + 1] == "280"
+    default, _ = parse(["--weights", str(tmp_path), "--models", str(tmp_path)])
+    assert default.size == 504
+    with pytest.raises(SystemExit) as exc:
+        parse(["--weights", str(tmp_path), "--models", str(tmp_path), "--size", "281"])
+    assert exc.value.code == 2

@@ -3,11 +3,14 @@
 Run it with the export environment (it needs torch and depth_anything_3):
 
     .venv-export/bin/python -m scripts.compare_pytorch --weights DIR --models DIR \\
-        [--image photo.jpg] [--threads 2] [--rounds 3] [--json out.json]
+        [--image photo.jpg] [--threads 2] [--rounds 3] [--size 504] [--json out.json]
 
-DIR for --weights is a release-layout folder (config.json + model.safetensors: the real
-release, or seeded random weights from `da3-edge export --random-init 0 --save-weights
-DIR --weights-only`); --models holds da3-edge models exported from the same weights.
+--size N runs both at that long side (DA3's process_res N; da3-edge's `--size N`, for
+which --models must hold models exported at N, e.g. `da3-edge export --size 280`), the
+daemon's figure included. DIR for --weights is a release-layout folder (config.json +
+model.safetensors: the real release, or seeded random weights from `da3-edge export
+--random-init 0 --save-weights DIR --weights-only`); --models holds da3-edge models
+exported from the same weights.
 
 Measured, alternating the contenders round by round, each in a fresh process:
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from edge import bench
+from edge.commands import options
+from edge.models import LONGEST_SIDE
 from scripts import compare_pytorch
 from tests.support import ROOT
 
@@ -32,6 +34,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--models", required=True, type=Path)
     p.add_argument("--image", type=Path)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--size", type=options.size, default=LONGEST_SIDE, metavar="N",
+        help=f"the core's long side for both contenders (DA3's process_res; da3-edge's "
+        f"--size, its models exported at N; default {LONGEST_SIDE})",
+    )  # fmt: skip
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runtime-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
     p.add_argument("--json", type=Path, help="write the raw results here")
@@ -94,14 +101,15 @@ def pytorch_argv(ns: argparse.Namespace, image: Path, work: Path) -> list[str]:
     """The baseline's still, run from the checkout in this (the export) environment."""
     out = str(work / "ref.png")
     module = "scripts.compare_pytorch.baseline"
-    return [sys.executable, "-m", module, str(ns.weights), str(image), out, str(ns.threads)]
+    return [sys.executable, "-m", module, str(ns.weights), str(image), out, str(ns.threads),
+            str(ns.size)]  # fmt: skip
 
 
 def snap_argv(ns: argparse.Namespace, image: Path, out: Path, *extra: str) -> list[str]:
     """`da3-edge snap` of ``image`` into ``out`` with the runtime environment's Python."""
     return [
         str(ns.runtime_python), "-m", "edge", "snap", str(image), "-o", str(out),
-        "--models", str(ns.models), "--threads", str(ns.threads), *extra,
+        "--models", str(ns.models), "--threads", str(ns.threads), "--size", str(ns.size), *extra,
     ]  # fmt: skip
 
 
@@ -206,6 +214,7 @@ def summarise(
     summary: dict[str, Any] = {
         "threads": ns.threads,
         "rounds": ns.rounds,
+        "size": ns.size,
         "image": str(ns.image or "synthetic 1200x1600 JPEG"),
         "core_shape": list(measured["shape"]),
         "machine": bench.machine_info(),

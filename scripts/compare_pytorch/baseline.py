@@ -1,10 +1,10 @@
 """The PyTorch contender: DA3-small as its own package runs it, one still in a fresh
 process (run in the export environment, from the checkout)::
 
-    python -m scripts.compare_pytorch.baseline WEIGHTS IMAGE OUT.png THREADS [forward]
+    python -m scripts.compare_pytorch.baseline WEIGHTS IMAGE OUT.png THREADS SIZE [forward]
 
 The network built with depth_anything_3's ``create_object``, weights from the release's
-safetensors, DA3's own preprocessing (its ``InputProcessor``), a plain fp32 forward
+safetensors, DA3's own preprocessing (its ``InputProcessor``, ``process_res`` SIZE), a plain fp32 forward
 (no autocast), depth resized to the photo and written as a 16-bit PNG of normalised
 inverse depth. ``forward``: then time three more forwards (the best is reported).
 Prints one JSON line: the times and the network's input shape.
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     from depth_anything_3.utils.io.input_processor import InputProcessor
     from safetensors.torch import load_file
 
-    weights, image, out, threads = argv[0], argv[1], argv[2], int(argv[3])
+    weights, image, out, threads, size = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
     torch.set_num_threads(threads)
     net = create_object(load_config(MODEL_REGISTRY["da3-small"])).eval()
     state = {
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     rgb = cv2.cvtColor(cv2.imread(image, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
     processor = InputProcessor()
     x, _, _, _ = processor._process_one(
-        rgb, process_res=504, process_res_method="upper_bound_resize"
+        rgb, process_res=size, process_res_method="upper_bound_resize"
     )
     with torch.no_grad():
         t1 = time.perf_counter()
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     cv2.imwrite(out, np.round(inv * 65535).astype(np.uint16))
     t_done = time.perf_counter()
     forwards: list[float] = []
-    if argv[4:] == ["forward"]:
+    if argv[5:] == ["forward"]:
         with torch.no_grad():
             for _ in range(3):
                 t = time.perf_counter()

@@ -8,7 +8,8 @@ from typing import Any
 def render(s: dict[str, Any]) -> str:
     """Every figure of the run, one line each."""
     lines = [
-        f"threads {s['threads']}, {s['rounds']} alternating rounds, core {s['core_shape'][0]}x{s['core_shape'][1]}",
+        f"threads {s['threads']}, {s['rounds']} alternating rounds, "
+        f"core {s['core_shape'][0]}x{s['core_shape'][1]} (size {s.get('size', 504)})",
         f"PyTorch reference forward (fp32, best of 3): {s['pytorch_forward_s'] * 1000:.0f} ms",
     ]
     peak = s["gemm_peak_flops_per_s"]
