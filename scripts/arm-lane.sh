@@ -33,6 +33,9 @@
 #            scripts/startup_breakdown.py on the full-size models, fp16 with XNNPACK's
 #            fp16 arithmetic and without, int8; RSS only (it includes qemu's own, measured
 #            beside it), written to docs/bench/startup-a76.json. Needs `prepare` first.
+#   kernel-sizes  (not run by default) guest instructions of one fp16 forward on
+#            cortex-a76 at each core size (KERNELS_MODELS, KERNELS_SHAPES): the price
+#            table's A76 column (docs/bench/kernels-a76-sizes.json). Needs `prepare`.
 #
 # qemu 7.2 (bookworm) shows the host's /proc/cpuinfo to the guest, which would make
 # LiteRT's cpuinfo and our fp16 policy see an x86 CPU: each run binds a Raspberry Pi
@@ -249,6 +252,28 @@ run_kernels() {
     done
 }
 
+# The price of each core size on the A76 (not run by default; by hand, after prepare):
+# guest instructions of one warm fp16 forward (fp16 arithmetic, one thread) per shape,
+# from KERNELS_MODELS, a folder holding those fp16 cores (`da3-edge export --shape
+# 378x504 --shape 294x392 --shape 210x280 --precision fp16`). A relative cost, never a
+# time. The report goes to KERNELS_OUT/report.json (docs/bench/kernels-a76-sizes.json).
+run_kernel_sizes() {
+    local models=${KERNELS_MODELS:?KERNELS_MODELS: a folder with an fp16 core of each size}
+    local out=${KERNELS_OUT:-$OUT/kernel-sizes} shapes=${KERNELS_SHAPES:-378x504,294x392,210x280}
+    scripts/install-host-packages.sh qemu-user gcc
+    rm -rf "$out"
+    mkdir -p "$out/a76"
+    gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$out/kcount.so" scripts/arm/kcount.c
+    cp --remove-destination /usr/bin/qemu-aarch64 "$ROOT/usr/local/bin/qemu-aarch64-plugins"
+    LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- /usr/local/bin/qemu-aarch64-plugins \
+        -cpu cortex-a76 -plugin "$out/kcount.so,out=$out/a76/counts.txt" \
+        /usr/bin/python3 -m scripts.arm.kernels run "$models" "$out/a76" --configs fp16 \
+        --shapes "$shapes"
+    uv run --frozen --no-sync python -m scripts.arm.kernels report "$out/a76" --root "$ROOT" \
+        --json "$out/report.json" >/dev/null
+    echo "kernel-sizes: $out/report.json"
+}
+
 run_rss() {
     local models
     models=$(uv run --frozen --no-sync python -m tests.support.models full)
@@ -300,6 +325,7 @@ for step in "${steps[@]}"; do
         installer) timed "install-pi.sh in the arm64 root" run_installer ;;
         kernels) timed "which micro-kernels run: cortex-a76, qemu max (i8mm, SME)" run_kernels ;;
         rss) timed "where a still's memory goes on cortex-a76" run_rss ;;
-        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, kernels, installer, rss)" >&2; exit 2 ;;
+        kernel-sizes) timed "guest instructions per forward, per core size: cortex-a76" run_kernel_sizes ;;
+        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, kernels, installer, rss, kernel-sizes)" >&2; exit 2 ;;
     esac
 done

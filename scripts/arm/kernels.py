@@ -46,7 +46,13 @@ def marker(n: int) -> None:
         os.lseek(-1, n, MARKER_WHENCE)
 
 
-def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
+def run(
+    models: Path,
+    out: Path,
+    configs: list[str],
+    warm: bool = True,
+    shapes: list[tuple[int, int]] | None = None,
+) -> None:
     import numpy as np
 
     from edge.models import Manifest
@@ -70,6 +76,9 @@ def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
     for config in configs:
         if config == "stages":
             measure_stages(manifest, measure, rng)
+        elif shapes:  # each core size's cost: "fp16@378x504", ...
+            for shape in shapes:
+                measure_core(manifest, measure, rng, config, shape)
         else:
             measure_core(manifest, measure, rng, config)
     (out / "maps.txt").write_text(Path("/proc/self/maps").read_text())
@@ -84,14 +93,22 @@ def run(models: Path, out: Path, configs: list[str], warm: bool = True) -> None:
     print(f"kernels.py: {len(segments)} segments counted in {counts}")
 
 
-def measure_core(manifest: Any, measure: Any, rng: Any, config: str) -> None:
-    """One forward of the core of ``config`` (fp32, fp16, fp16-off, int8), one thread."""
+def measure_core(
+    manifest: Any, measure: Any, rng: Any, config: str, shape: tuple[int, int] | None = None
+) -> None:
+    """One forward of the core of ``config`` (fp32, fp16, fp16-off, int8), one thread; at
+    ``shape`` (labelled ``config@HxW``), else the smallest."""
     from edge.core import Core, CoreSpec
 
     precision = config.split("-")[0]
-    # The smallest shape: the small test model's one, or for the full-size models
-    # 280x504, a 1280x720 camera frame's (the daemon's default).
-    artifact = min((a for a in manifest.cores() if a.precision == precision), key=lambda a: a.shape)
+    if shape is not None:
+        artifact = manifest.find(shape, precision)
+        label = f"{config}@{shape[0]}x{shape[1]}"
+    else:
+        # The smallest shape: the small test model's one, or for the full-size models
+        # 280x504, a 1280x720 camera frame's (the daemon's default).
+        cores = (a for a in manifest.cores() if a.precision == precision)
+        artifact, label = min(cores, key=lambda a: a.shape), config
     core = Core(
         CoreSpec(
             manifest.verify(artifact),
@@ -103,7 +120,7 @@ def measure_core(manifest: Any, measure: Any, rng: Any, config: str) -> None:
     )
     image = rng.standard_normal(core.input_shape).astype("float32")
     measure(
-        config,
+        label,
         lambda: core.run(image),
         precision=precision,
         fp16_arithmetic=core.fp16_arithmetic,
@@ -406,6 +423,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("out", type=Path)
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument(
+        "--shapes",
+        help="core shapes to count each core config at, e.g. 378x504,294x392,210x280 (the "
+        "price of each --size; default: the folder's smallest shape)",
+    )
+    p.add_argument(
         "--cold",
         action="store_true",
         help="count each config's first forward, with no warm-up run before it: the lane's "
@@ -426,7 +448,10 @@ def main(argv: list[str]) -> int:
         bad = sorted(set(configs) - set(CONFIGS))
         if bad:
             ap.error(f"unknown configs {bad}; choose from {', '.join(CONFIGS)}")
-        run(args.models, args.out, configs, warm=not args.cold)
+        from edge.models import parse_shape
+
+        shapes = [parse_shape(s) for s in args.shapes.split(",")] if args.shapes else None
+        run(args.models, args.out, configs, warm=not args.cold, shapes=shapes)
         return 0
     if args.cmd == "report":
         data: dict[str, Any] = {"_run": provenance(args.root)}
