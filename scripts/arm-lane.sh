@@ -256,20 +256,40 @@ run_kernels() {
 # guest instructions of one warm fp16 forward (fp16 arithmetic, one thread) per shape,
 # from KERNELS_MODELS, a folder holding those fp16 cores (`da3-edge export --shape
 # 378x504 --shape 294x392 --shape 210x280 --precision fp16`). A relative cost, never a
-# time. The report goes to KERNELS_OUT/report.json (docs/bench/kernels-a76-sizes.json).
+# time. Each size is counted in its own emulator, KERNELS_JOBS at a time (default: one
+# per core): a count does not depend on what runs beside it. The report goes to
+# KERNELS_OUT/report.json (docs/bench/kernels-a76-sizes.json).
 run_kernel_sizes() {
     local models=${KERNELS_MODELS:?KERNELS_MODELS: a folder with an fp16 core of each size}
     local out=${KERNELS_OUT:-$OUT/kernel-sizes} shapes=${KERNELS_SHAPES:-378x504,294x392,210x280}
+    local jobs=${KERNELS_JOBS:-$(nproc)}
     scripts/install-host-packages.sh qemu-user gcc
     rm -rf "$out"
-    mkdir -p "$out/a76"
+    mkdir -p "$out"
     gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$out/kcount.so" scripts/arm/kcount.c
     cp --remove-destination /usr/bin/qemu-aarch64 "$ROOT/usr/local/bin/qemu-aarch64-plugins"
-    LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- /usr/local/bin/qemu-aarch64-plugins \
-        -cpu cortex-a76 -plugin "$out/kcount.so,out=$out/a76/counts.txt" \
-        /usr/bin/python3 -m scripts.arm.kernels run "$models" "$out/a76" --configs fp16 \
-        --shapes "$shapes"
-    uv run --frozen --no-sync python -m scripts.arm.kernels report "$out/a76" --root "$ROOT" \
+    local shape dir dirs=()
+    for shape in ${shapes//,/ }; do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+        dir=$out/a76-$shape
+        dirs+=("$dir")
+        mkdir -p "$dir"
+        (
+            rc=0
+            LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- \
+                /usr/local/bin/qemu-aarch64-plugins -cpu cortex-a76 \
+                -plugin "$out/kcount.so,out=$dir/counts.txt" \
+                /usr/bin/python3 -m scripts.arm.kernels run "$models" "$dir" --configs fp16 \
+                --shapes "$shape" >"$dir/log.txt" 2>&1 || rc=$?
+            echo "$rc" >"$dir/rc"
+            echo "kernel-sizes: $shape counted (exit $rc, $dir/log.txt)"
+        ) &
+    done
+    wait
+    for dir in "${dirs[@]}"; do
+        [ "$(cat "$dir/rc")" = 0 ] || { cat "$dir/log.txt" >&2; return 1; }
+    done
+    uv run --frozen --no-sync python -m scripts.arm.kernels report "${dirs[@]}" --root "$ROOT" \
         --json "$out/report.json" >/dev/null
     echo "kernel-sizes: $out/report.json"
 }

@@ -53,10 +53,8 @@ def one_run(
     code: Path, models: Path, replay: Path, work: Path, args: argparse.Namespace
 ) -> dict[str, float]:
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
-    config = work / "daemon.toml"
     total = args.warmup + args.frames
-    # The default config but a ring that keeps every frame for counting.
-    config.write_text(f"[store]\nkeep_frames = {total}\nmax_bytes = {total << 25}\n")
+    config = bench.counting_config(work / "daemon.toml", total)
     records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
                                   frames=total, code=code)  # fmt: skip
     shutil.rmtree(store, ignore_errors=True)

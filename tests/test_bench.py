@@ -96,3 +96,14 @@ def test_bench_usage_errors(small_models: Path) -> None:
     ):
         proc = run_main(["bench", "--models", str(small_models), "--size", sizes])
         assert proc.returncode == 2 and message in proc.stderr, (sizes, proc.stderr)
+
+
+def test_counting_config_is_the_default_but_a_ring_for_every_frame(tmp_path: Path) -> None:
+    from edge import config
+
+    default = config.parse("")
+    plain = config.load(bench.counting_config(tmp_path / "a.toml", 40))
+    assert (plain.store.keep_frames, plain.store.max_bytes) == (40, 40 << 25)
+    assert plain.model == default.model and plain.store.size == default.store.size
+    both = config.load(bench.counting_config(tmp_path / "b.toml", 3, workers=2, size=280))
+    assert (both.model.workers, both.model.size, both.store.keep_frames) == (2, 280, 3)

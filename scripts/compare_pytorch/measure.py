@@ -112,24 +112,20 @@ def gemm_peak(threads: int) -> dict[str, float]:
 
 def daemon_fps(
     python: Path, models: Path, threads: int, work: Path, frames: int, warmup: int,
-    fps: float, workers: int = 1, size: int = 0,
+    fps: float, workers: int, size: int,
 ) -> dict[str, Any]:  # fmt: skip
     """`da3-edge run` (default config: fp16, numpy stages, the default outputs at the
     core's size) on replayed 1200x1600 JPEGs delivered at ``fps``; sustained frames/s over
     the frames written after ``warmup``, from the store's own frame.json timestamps. With
     ``workers`` > 1 (``model.workers``), the ``threads`` are shared among the workers;
-    ``size``: ``model.size`` (0: the config's default)."""
+    ``size``: ``model.size``."""
     replay = bench.replay_photos(work / "replay")
     # The store on a tmpfs, as the daemon's default store is (/run/da3-edge, systemd's
     # RuntimeDirectory) when one is at hand; else the work directory (said in the JSON).
     tmpfs = bench.tmpfs_dir()
     store = Path(tempfile.mkdtemp(prefix="da3-compare-store-", dir=tmpfs or work)) / "store"
-    # The default config, except a ring big enough to keep every frame for counting
-    # (32 MiB a frame: the default 256 MiB holds ~13 frames at store.size "camera").
-    config = work / "daemon.toml"
-    config.write_text(
-        f"[model]\nworkers = {workers}\nsize = {size}\n"
-        f"[store]\nkeep_frames = {warmup + frames}\nmax_bytes = {(warmup + frames) << 25}\n"
+    config = bench.counting_config(
+        work / "daemon.toml", warmup + frames, workers=workers, size=size
     )
     try:
         records = bench.replay_daemon(
