@@ -236,3 +236,34 @@ def render_sizes(data: Data) -> str:
             f"{r['gflop']:.1f} | {' | '.join(core)} | {' | '.join(still)} |"
         )
     return "\n".join([head, "", *rows])
+
+
+def render_a76_sizes(data: Data, sizes: Data) -> str:
+    """Guest instructions of one warm fp16 forward per core size on the emulated
+    Cortex-A76 (scripts/arm-lane.sh kernel-sizes), beside each size's GFLOP (from
+    ``sizes``, scripts/price_sizes' JSON): the line above, the table."""
+    run = data["_run"]
+    counted = sorted(
+        (v for k, v in data.items() if not k.startswith("_")),
+        key=lambda v: max(v["shape"]), reverse=True,
+    )  # fmt: skip
+    gflop = {tuple(r["shape"]): r["gflop"] for r in sizes["sizes"]}
+    base = next(v for v in counted if max(v["shape"]) == 504)
+    head = (
+        f"{run['qemu'].split(' (')[0]} -cpu cortex-a76, {run['litert']}, git {run['revision']}; "
+        "one thread, fp16 arithmetic, a warm forward; guest instructions: a relative cost, "
+        "never a time"
+        + ("; random-init weights." if any(v["random_init"] for v in counted) else ".")
+    )
+    rows = [
+        "| size | core shape | GFLOP | guest instructions | instructions per FLOP | ratio to 504 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in counted:
+        h, w = v["shape"]
+        flop = gflop[(h, w)] * 1e9
+        rows.append(
+            f"| {max(h, w)} | {h}x{w} | {flop / 1e9:.1f} | {v['instructions'] / 1e9:.2f} G | "
+            f"{v['instructions'] / flop:.3f} | {v['instructions'] / base['instructions']:.2f} |"
+        )
+    return "\n".join([head, "", *rows])

@@ -67,6 +67,13 @@ PARTS = (
         lambda: gen_performance_table.render_sizes(_data("sizes-x86_64.json")),
     ),
     Part(
+        "A76 size price table",
+        ROOT / "docs/performance.md",
+        lambda: gen_performance_table.render_a76_sizes(
+            _data("kernels-a76-sizes.json"), _data("sizes-x86_64.json")
+        ),
+    ),
+    Part(
         "peer table",
         ROOT / "docs/performance.md",
         lambda: gen_performance_table.render_peer(_data("peer-x86_64.json")),

@@ -105,3 +105,21 @@ def test_the_committed_measurement_passes_the_check() -> None:
     assert k.check(data) == 0
     assert data["fp16"]["fp16_arithmetic"] and not data["fp16-off"]["fp16_arithmetic"]
     assert data["int8"]["shape"] == [280, 504]
+
+
+def test_the_committed_size_counts_are_fp16_forwards_at_each_size() -> None:
+    """docs/performance.md's A76 size table (docs/bench/kernels-a76-sizes.json): one warm
+    fp16-arithmetic forward per size, most of it in XNNPACK's fp16 GEMMs, the count
+    falling with the size."""
+    data = json.loads((ROOT / "docs/bench/kernels-a76-sizes.json").read_text())
+    runs = {label: v for label, v in data.items() if not label.startswith("_")}
+    assert sorted(runs) == ["fp16@210x280", "fp16@294x392", "fp16@378x504"]
+    for label, v in runs.items():
+        assert v["warm"] and v["fp16_arithmetic"] and label.endswith("x".join(map(str, v["shape"])))
+        f16_gemm = sum(
+            f["instructions"] for name, f in v["kernels"].items() if k.family(name).startswith(
+                ("xnn_f16_gemm", "xnn_f16_igemm"))
+        )  # fmt: skip
+        assert f16_gemm > 0.8 * v["instructions"], (label, f16_gemm / v["instructions"])
+    counts = [runs[f"fp16@{s}"]["instructions"] for s in ("378x504", "294x392", "210x280")]
+    assert counts == sorted(counts, reverse=True)
