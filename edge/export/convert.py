@@ -128,6 +128,7 @@ def export(
     versions = _versions()
     start = time.monotonic()
     written: list[Artifact] = []
+    programs: dict[str, bytes] = {}  # the stage programs, built at the first shape
     net = weights.net.eval()
     total = len(shapes)
     for n, shape in enumerate(shapes, 1):
@@ -200,7 +201,7 @@ def export(
             )
         del fp32
         if with_stages:
-            written += _export_stages(shape, out, manifest, weights, versions, prefix, say)
+            written += _export_stages(shape, out, manifest, programs, versions, prefix, say)
     return ExportResult(written, time.monotonic() - start)
 
 
@@ -215,17 +216,22 @@ def _export_stages(
     shape: tuple[int, int],
     out: Path,
     manifest: Manifest,
-    weights: Weights,
+    programs: dict[str, bytes],
     versions: dict[str, str],
     prefix: str,
     say: Progress,
 ) -> list[Artifact]:
+    """The pre and post programs for ``shape``, each checked at it. A program is the
+    same for every shape (its resize comes as inputs, its sizes are dynamic): it is
+    built once per export, into ``programs``, and written for each shape."""
     from edge.export import stages
 
     made = []
     for kind, build in (("pre", stages.pre_program), ("post", stages.post_program)):
         t0 = time.monotonic()
-        data = build(shape)
+        if kind not in programs:
+            programs[kind] = build(shape)
+        data = programs[kind]
         name = stage_name(kind, shape)
         tmp = out / f".{name}.verify"
         atomic.write_bytes(tmp, data)
