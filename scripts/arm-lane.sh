@@ -218,6 +218,26 @@ run_installer() {
     scripts/arm/installer-check.sh "$ROOTFS_TAR" "$(cat "$LANE/models-path")"
 }
 
+# kcount_build OUT: OUT emptied, the kernel-count plugin built into it, and the root's
+# plugin-loading qemu (see run_kernels).
+kcount_build() {
+    scripts/install-host-packages.sh qemu-user gcc
+    rm -rf "$1"
+    mkdir -p "$1"
+    gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$1/kcount.so" scripts/arm/kcount.c
+    cp --remove-destination /usr/bin/qemu-aarch64 "$ROOT/usr/local/bin/qemu-aarch64-plugins"
+}
+
+# kcount_run OUT QEMU_CPU MODELS DIR ARGS...: `kernels.py run MODELS DIR ARGS` on
+# QEMU_CPU under OUT's plugin, its counts in DIR/counts.txt.
+kcount_run() {
+    local out=$1 cpu=$2 models=$3 dir=$4; shift 4
+    LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- \
+        /usr/local/bin/qemu-aarch64-plugins -cpu "$cpu" \
+        -plugin "$out/kcount.so,out=$dir/counts.txt" \
+        /usr/bin/python3 -m scripts.arm.kernels run "$models" "$dir" "$@"
+}
+
 # Which micro-kernels a forward runs on the A76, per precision, and the ExecuTorch
 # stages': Bookworm's dynamic qemu-aarch64 (it loads TCG plugins; the static one the
 # lane otherwise uses cannot) with scripts/arm/kcount.c counting every block that ran.
@@ -233,19 +253,12 @@ run_kernels() {
     local models=${KERNELS_MODELS:-$(cat "$LANE/models-path")} out=${KERNELS_OUT:-$OUT/kernels}
     local configs=${KERNELS_CONFIGS:-fp16,int8,stages} cold=1
     [ "${KERNELS_WARM:-0}" = 1 ] && cold=
-    scripts/install-host-packages.sh qemu-user gcc
-    rm -rf "$out"
-    mkdir -p "$out"
-    gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$out/kcount.so" scripts/arm/kcount.c
-    cp --remove-destination /usr/bin/qemu-aarch64 "$ROOT/usr/local/bin/qemu-aarch64-plugins"
+    kcount_build "$out"
     local run
     for run in "a76 cortex-a76 $configs" "i8mm max,sme=off int8" "sme max int8"; do
         set -- $run
         mkdir -p "$out/$1"
-        LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- /usr/local/bin/qemu-aarch64-plugins -cpu "$2" \
-            -plugin "$out/kcount.so,out=$out/$1/counts.txt" \
-            /usr/bin/python3 -m scripts.arm.kernels run "$models" "$out/$1" \
-            --configs "$3" ${cold:+--cold}
+        kcount_run "$out" "$2" "$models" "$out/$1" --configs "$3" ${cold:+--cold}
         uv run --frozen --no-sync python -m scripts.arm.kernels report "$out/$1" --root "$ROOT"
         uv run --frozen --no-sync python -m scripts.arm.kernels check "$out/$1/report.json" \
             --cpu "$1"
@@ -263,11 +276,7 @@ run_kernel_sizes() {
     local models=${KERNELS_MODELS:?KERNELS_MODELS: a folder with an fp16 core of each size}
     local out=${KERNELS_OUT:-$OUT/kernel-sizes} shapes=${KERNELS_SHAPES:-378x504,294x392,210x280}
     local jobs=${KERNELS_JOBS:-$(nproc)}
-    scripts/install-host-packages.sh qemu-user gcc
-    rm -rf "$out"
-    mkdir -p "$out"
-    gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$out/kcount.so" scripts/arm/kcount.c
-    cp --remove-destination /usr/bin/qemu-aarch64 "$ROOT/usr/local/bin/qemu-aarch64-plugins"
+    kcount_build "$out"
     local shape dir dirs=()
     for shape in ${shapes//,/ }; do
         while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
@@ -276,11 +285,8 @@ run_kernel_sizes() {
         mkdir -p "$dir"
         (
             rc=0
-            LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- \
-                /usr/local/bin/qemu-aarch64-plugins -cpu cortex-a76 \
-                -plugin "$out/kcount.so,out=$dir/counts.txt" \
-                /usr/bin/python3 -m scripts.arm.kernels run "$models" "$dir" --configs fp16 \
-                --shapes "$shape" >"$dir/log.txt" 2>&1 || rc=$?
+            kcount_run "$out" cortex-a76 "$models" "$dir" --configs fp16 --shapes "$shape" \
+                >"$dir/log.txt" 2>&1 || rc=$?
             echo "$rc" >"$dir/rc"
             echo "kernel-sizes: $shape counted (exit $rc, $dir/log.txt)"
         ) &

@@ -261,9 +261,9 @@ def render_a76_sizes(data: Data, sizes: Data) -> str:
     ]
     for v in counted:
         h, w = v["shape"]
-        flop = gflop[(h, w)] * 1e9
+        g = gflop[(h, w)]
         rows.append(
-            f"| {max(h, w)} | {h}x{w} | {flop / 1e9:.1f} | {v['instructions'] / 1e9:.2f} G | "
-            f"{v['instructions'] / flop:.3f} | {v['instructions'] / base['instructions']:.2f} |"
+            f"| {max(h, w)} | {h}x{w} | {g:.1f} | {v['instructions'] / 1e9:.2f} G | "
+            f"{v['instructions'] / (g * 1e9):.3f} | {v['instructions'] / base['instructions']:.2f} |"
         )
     return "\n".join([head, "", *rows])
