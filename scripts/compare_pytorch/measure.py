@@ -171,12 +171,15 @@ def daemon_rounds(
             if d["precision"] != "fp16":
                 raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
             rounds[workers].append({**d, "core_s": core_s, "ratio_to_core_rate": d["fps"] * core_s})
-    out = {}
-    for workers, runs in rounds.items():
-        ratios = [r["ratio_to_core_rate"] for r in runs]
-        middle = sorted(runs, key=lambda r: r["ratio_to_core_rate"])[len(runs) // 2]
-        out[workers] = {**middle, "rounds": runs, "ratio_range": [min(ratios), max(ratios)]}
-    return out
+    return {workers: median_round(runs) for workers, runs in rounds.items()}
+
+
+def median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose ratio to the core's rate is the median (the upper one of an even
+    count), with every round and the range of their ratios."""
+    ratios = [r["ratio_to_core_rate"] for r in runs]
+    middle = sorted(runs, key=lambda r: r["ratio_to_core_rate"])[len(runs) // 2]
+    return {**middle, "rounds": runs, "ratio_range": [min(ratios), max(ratios)]}
 
 
 def still(
