@@ -56,7 +56,6 @@ def _reset_peak() -> None:
 
 def rss_breakdown(manifest, rgb, depth, conf, shape, threads) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Where the ExecuTorch stages' memory goes, in a fresh process (run this first)."""
-    from edge.stages import bands
     from edge.stages.executorch import ExecuTorchStages, pre_input
 
     out: dict[str, float] = {}
@@ -67,8 +66,9 @@ def rss_breakdown(manifest, rgb, depth, conf, shape, threads) -> dict[str, float
     post = stages.program("post", shape)
     out["programs_open_mib"] = _status("VmRSS") - base - out["runner_and_libraries_mib"]
     out["planned_bound_mib"] = (pre.planned_bytes + post.planned_bytes) / 2**20
-    image, steps = pre_input(rgb, shape)
-    out["pre_input_copy_mib"] = bands.program_inputs(image, steps)[0].nbytes / 2**20
+    image, plan = pre_input(rgb, shape)
+    rows = max(strip.rows.size for strip in plan.strips)
+    out["pre_input_copy_mib"] = rows * image.shape[1] * image.shape[2] * 4 / 2**20
     for kind, call in (
         ("pre", lambda: stages.preprocess(rgb, shape)),
         ("post", lambda: stages.postprocess(depth, conf, rgb.shape[:2])),

@@ -91,7 +91,9 @@ def test_programs_run_and_match_executorchs_own_bindings(
     rng = np.random.default_rng(0)
     rgb = (rng.random((301, 397, 3)) * 255).astype(np.uint8)
     core = da3_shape(301, 397)
-    pre_in = bands.program_inputs(rgb, bands.plan((301, 397), core))
+    plan = bands.plan((301, 397), core)
+    buffer = np.empty(plan.strips[0].rows.size * 397 * 3, dtype=np.float32)
+    pre_in = plan.inputs(rgb, plan.strips[0], buffer)  # one run: the first strip
     depth, conf = (rng.random((140, 182), dtype=np.float32) + 0.5 for _ in range(2))
     post_in = bands.post_inputs(depth, conf, bands.post_plan((140, 182), (257, 311)))
     inputs = ROOT / ".cache" / "tests" / "etrunner-inputs.npz"
@@ -107,8 +109,9 @@ def test_programs_run_and_match_executorchs_own_bindings(
         (b,) = etrunner.Program(post, runtime).run(post_in)
         post_d = float(np.abs(b - ref["post"]).max())
     print(f"runner vs ExecuTorch's bindings: pre max|d| {pre_d:.2e}, post max|d| {post_d:.2e}")
-    assert a.shape[0] == 3 and a.shape[1] >= core[0] and a.shape[2] >= core[1]
-    assert b.shape == (2 * 17, bands.ROWS, 20 * bands.ROWS)  # bands of 257 rows, 311 columns
+    columns = -(-core[1] // bands.PRE_ROWS) * bands.PRE_ROWS  # the bands' tail uncut
+    assert a.shape == (3, bands.STRIP * bands.PRE_ROWS, columns)  # the first strip
+    assert b.shape == (2 * 17, bands.POST_ROWS, 20 * bands.POST_ROWS)  # 257 rows, 311 columns
     assert pre_d <= 1e-5 and post_d <= 1e-5
 
 

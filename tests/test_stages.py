@@ -163,3 +163,43 @@ def test_executorch_postprocess_matches_numpy(
         worst = max(worst, rel)
     stages.close()
     assert worst <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("size", "core"),
+    [
+        ((1200, 1600), None),
+        ((1080, 1920), None),  # DA3's second step shrinks 284 -> 280 rows
+        ((30, 40), None),  # both steps enlarge
+        ((2048, 30), None),  # 504 x 7 after step 1: step 2 doubles a side
+        ((30, 2048), None),
+        ((2048, 2048), (378, 504)),  # not the image's DA3 shape: one step to it
+        ((5000, 120), None),  # over MAX_SIDE: numpy's first step
+    ],
+)
+def test_pre_strips_cover_every_row_within_the_programs_bounds(
+    size: tuple[int, int], core: tuple[int, int] | None
+) -> None:
+    """The pre program runs strip by strip: the strips tile the output rows, each reads
+    only the step-1 rows it was given, and every run fits the program's exported bounds
+    (a run over them would be refused by the runtime, or plan memory it does not have)."""
+    from edge.stages import bands
+    from edge.stages.executorch import BOUNDS, pre_input
+
+    core = core or da3_shape(*size)
+    image, plan = pre_input(np.zeros((*size, 3), dtype=np.uint8), core)
+    taps = plan.taps()
+    print(
+        f"{size} -> {core}: {len(plan.strips)} strips, step-1 bands <= {plan.bands1()}, taps {taps}"
+    )
+    assert [s.start for s in plan.strips] == [0] + [s.stop for s in plan.strips[:-1]]
+    assert plan.strips[-1].stop == core[0]
+    for strip in plan.strips:
+        b1, b2 = strip.rw1.shape[0], strip.ri2.shape[0]
+        assert strip.rows.size == b1 * taps[0] and strip.rows.max() < image.shape[0]
+        assert strip.ri2.min() >= 0 and strip.ri2.max() < b1 * bands.PRE_ROWS
+        assert strip.rw2.shape[0] == 3 * b2 and strip.stop - strip.start <= b2 * bands.PRE_ROWS
+        assert b1 <= BOUNDS["bands1"] and b2 <= BOUNDS["bands2"]
+    (_, cols1), (_, cols2) = plan.steps
+    assert max(taps[:2]) <= BOUNDS["taps1"] and max(taps[2:]) <= BOUNDS["taps2"]
+    assert max(c.weights.shape[0] for c in (cols1, cols2)) <= BOUNDS["columns"]

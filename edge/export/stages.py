@@ -7,8 +7,9 @@ inputs):
 - ``da3-small_pre_<h>x<w>.pte``: DA3's preprocessing, step for step: its two resizes
   (longest side to 504, then to the multiples of 14; area when shrinking, cubic when
   enlarging, OpenCV's weights) as banded matrix products, each rounded to uint8 as DA3
-  does, then the ImageNet normalisation -> (3, >=h, >=w) (the bands' tail is cut in
-  numpy). Inputs: step 1's row bands of the image (gathered and cast to float32 in
+  does, then the ImageNet normalisation -> (3, >=rows, >=w), one strip of output rows
+  a run (``bands.Plan.run``: the caller cuts the bands' tail and places the strip).
+  Inputs: the strip's step-1 row bands of the image (gathered and cast to float32 in
   numpy), and per axis and step the band weights and the indices the program gathers
   (``edge.stages.bands``). The products, roundings, transposes and the normalisation
   delegate to XNNPACK; the gathers run on the portable kernels.
@@ -65,28 +66,32 @@ class Pre(torch.nn.Module):
 
     def forward(
         self,
-        rows1: torch.Tensor,  # (B1, K1, W*3): the image's rows for step 1's row bands
-        rw1: torch.Tensor,  # (B1, ROWS, K1)
+        rows1: torch.Tensor,  # (B1, K1, W*3): the image's rows for the strip's row bands
+        rw1: torch.Tensor,  # (B1, PRE_ROWS, K1)
         ci1: torch.Tensor,  # (C1, L1) column indices of step 1's column bands
-        cw1: torch.Tensor,  # (C1, ROWS, L1)
-        ri2: torch.Tensor,
-        rw2: torch.Tensor,
+        cw1: torch.Tensor,  # (C1, PRE_ROWS, L1)
+        ri2: torch.Tensor,  # (B2, K2) the strip's row indices into step 1's rows
+        rw2: torch.Tensor,  # (3*B2, PRE_ROWS, K2): its weights, once per channel
         ci2: torch.Tensor,
         cw2: torch.Tensor,
     ) -> torch.Tensor:
         width3 = rows1.shape[2]
-        y = torch.bmm(rw1, rows1)  # step 1, rows: (B1, ROWS, W*3)
+        y = torch.bmm(rw1, rows1)  # step 1, rows: (B1, PRE_ROWS, W*3)
         h1 = y.shape[0] * y.shape[1]
-        y = y.reshape(h1, width3 // 3, 3).permute(1, 0, 2).reshape(width3 // 3, h1 * 3)
-        z = torch.bmm(cw1, _gather(y, ci1))  # step 1, columns: (C1, ROWS, h1*3)
+        # Plain 2D transposes of float32 only (a pixel's three values never move as one
+        # 12-byte element: XNNPACK transposes those far slower), and the channels end
+        # outermost, the core's layout, with no transpose of their own:
+        y = y.reshape(h1, width3).permute(1, 0).reshape(width3 // 3, 3 * h1)  # (W, 3, h1)
+        z = torch.bmm(cw1, _gather(y, ci1))  # step 1, columns: (C1, PRE_ROWS, 3*h1)
         w1 = z.shape[0] * z.shape[1]
-        z = _uint8(z).reshape(w1, h1 * 3)  # (w1, h1, 3): columns lead from here
+        z = _uint8(z).reshape(w1, 3 * h1)
         z = torch.bmm(cw2, _gather(z, ci2))  # step 2, columns first in this layout
         w2 = z.shape[0] * z.shape[1]
-        z = z.reshape(w2, h1, 3).permute(1, 0, 2).reshape(h1, w2 * 3)
-        z = torch.bmm(rw2, _gather(z, ri2))  # step 2, rows: (B2, ROWS, w2*3)
-        h2 = z.shape[0] * z.shape[1]
-        z = _uint8(z).reshape(h2, w2, 3).permute(2, 0, 1)
+        z = z.reshape(w2, 3 * h1).permute(1, 0).reshape(3, h1, w2)
+        b2, k2 = ri2.shape
+        rows = torch.index_select(z, 1, ri2.reshape(-1)).reshape(3 * b2, k2, w2)
+        z = torch.bmm(rw2, rows)  # step 2, rows, per channel and band: (3*B2, PRE_ROWS, w2)
+        z = _uint8(z).reshape(3, b2 * z.shape[1], w2)
         return z * self.scale - self.shift
 
 
@@ -95,11 +100,11 @@ class Post(torch.nn.Module):
         self,
         both: torch.Tensor,  # (w, 2h): depth and confidence side by side, transposed
         ci: torch.Tensor,  # (C, L) column indices of the column bands
-        cw: torch.Tensor,  # (C, ROWS, L)
+        cw: torch.Tensor,  # (C, POST_ROWS, L)
         ri: torch.Tensor,  # (2B, K) row indices: depth's bands, then confidence's
-        rw: torch.Tensor,  # (2B, ROWS, K)
+        rw: torch.Tensor,  # (2B, POST_ROWS, K)
     ) -> torch.Tensor:
-        z = torch.bmm(cw, _gather(both, ci))  # columns: (C, ROWS, 2h)
+        z = torch.bmm(cw, _gather(both, ci))  # columns: (C, POST_ROWS, 2h)
         z = z.reshape(z.shape[0] * z.shape[1], z.shape[2]).permute(1, 0)  # (2h, W')
         return torch.bmm(rw, _gather(z, ri))  # rows: (2B, ROWS, W'), the output's layout
 
@@ -120,21 +125,23 @@ def _lower(module: torch.nn.Module, args: tuple[torch.Tensor, ...], dynamic: obj
 
 
 def _pre_args(rgb: np.ndarray, core: tuple[int, int]) -> tuple[torch.Tensor, ...]:
-    steps = bands.plan((rgb.shape[0], rgb.shape[1]), core)
-    return tuple(torch.from_numpy(a) for a in bands.program_inputs(rgb, steps))
+    """The first strip's inputs: a sample for the export."""
+    plan = bands.plan((rgb.shape[0], rgb.shape[1]), core)
+    buffer = np.empty(plan.strips[0].rows.size * rgb.shape[1] * 3, dtype=np.float32)
+    return tuple(torch.from_numpy(a) for a in plan.inputs(rgb, plan.strips[0], buffer))
 
 
 def pre_program(shape: tuple[int, int]) -> bytes:
     from torch.export import Dim
 
-    b1 = Dim("B1", min=1, max=BOUNDS["bands"])
+    b1 = Dim("B1", min=1, max=BOUNDS["bands1"])
     k1 = Dim("K1", min=1, max=BOUNDS["taps1"])
     width = Dim("W", min=1, max=MAX_SIDE)
-    c1 = Dim("C1", min=1, max=BOUNDS["bands"])
+    c1 = Dim("C1", min=1, max=BOUNDS["columns"])
     l1 = Dim("L1", min=1, max=BOUNDS["taps1"])
-    b2 = Dim("B2", min=1, max=BOUNDS["bands"])
+    b2 = Dim("B2", min=1, max=BOUNDS["bands2"])
     k2 = Dim("K2", min=1, max=BOUNDS["taps2"])
-    c2 = Dim("C2", min=1, max=BOUNDS["bands"])
+    c2 = Dim("C2", min=1, max=BOUNDS["columns"])
     l2 = Dim("L2", min=1, max=BOUNDS["taps2"])
     dynamic = (
         {0: b1, 1: k1, 2: 3 * width},
@@ -142,7 +149,7 @@ def pre_program(shape: tuple[int, int]) -> bytes:
         {0: c1, 1: l1},
         {0: c1, 2: l1},
         {0: b2, 1: k2},
-        {0: b2, 2: k2},
+        {0: 3 * b2, 2: k2},
         {0: c2, 1: l2},
         {0: c2, 2: l2},
     )
@@ -205,10 +212,11 @@ def check(path: Path, kind: str, shape: tuple[int, int]) -> float:
             ):
                 rgb = (rng.random((*size, 3)) * 255).astype(np.uint8)
                 core = core or da3_shape(*size)
-                out = program.forward(list(_pre_args(rgb, core)))[0].numpy()[
-                    :, : core[0], : core[1]
-                ]
-                diff = np.abs(out - NumpyStages().preprocess(rgb, core)[0])
+                plan = bands.plan(size, core)
+                out = plan.run(
+                    rgb, lambda ins: program.forward([torch.from_numpy(a) for a in ins])[0].numpy()
+                )
+                diff = np.abs(out - NumpyStages().preprocess(rgb, core))
                 bad = float(diff.max()) > LEVEL + 1e-4
                 worst = max(worst, float("inf") if bad else float(diff.mean()))
         else:

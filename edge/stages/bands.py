@@ -1,27 +1,36 @@
-"""DA3's resize as banded matrix products: the weights the ExecuTorch pre program takes.
+"""DA3's resize as banded matrix products: the weights the ExecuTorch programs take.
 
 A separable resize is ``R @ X @ C^T``, with weight matrices that depend only on the two
 sizes. Dense, at 1200x1600 -> 378x504 that is ~6 GFLOP; but each output row depends on a
 few neighbouring input rows only (area: ~ceil(scale) + 1, cubic: 4). So the output rows
-are cut into bands of ``ROWS`` and each band multiplies only the input rows it touches:
+are cut into bands of a few rows and each band multiplies only the input rows it touches:
 
     rows[b * K + k] = start[b] + k         (input rows of band b; K per band)
-    weights[b, j, k]                        (output row b * ROWS + j from input row start[b] + k)
+    weights[b, j, k]                        (output row b * rows + j from input row start[b] + k)
 
 The program gathers ``rows`` (``index_select``) and runs one batched matrix product (B
-bands of ROWS x K against K x width): a GEMM XNNPACK delegates (KleidiAI on Arm). The
+bands of rows x K against K x width): a GEMM XNNPACK delegates (KleidiAI on Arm). The
 same form serves columns. The weights are exactly ``edge.stages.resample``'s (OpenCV's
 INTER_AREA and INTER_CUBIC), folded into the bands, so the program computes what the numpy
 stages compute, in float32.
 
+A band of ``rows`` output rows spans K ~ rows * scale + 2 input rows, every one
+multiplied for every output row: the pre program's bands are ``PRE_ROWS`` = 4 rows high
+(at 1200 -> 378, 15 taps for ~4.2 real ones; 16-row bands took 53). The post program's
+are ``POST_ROWS`` = 16: it enlarges, where K stays small.
+
 ``plan(src, core)`` gives the two steps DA3 takes (``resample.da3_resize``: longest side to
 the core's, 504 at DA3's own size, with rounded sides, then to the multiples of 14,
-through uint8), each as four arrays; a step that changes nothing is an identity band.
+through uint8), each as four arrays (a step that changes nothing is an identity band),
+and cuts the output into strips of ``STRIP`` row bands: the program runs once per strip,
+on the image rows that strip needs, so a run's intermediates (~3 MB at 1200x1600) stay in
+the caches where the whole image's (~27 MB) did not.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +38,9 @@ import numpy as np
 from edge.models import da3_shape
 from edge.stages import resample
 
-ROWS = 16  # output rows (or columns) per band
+PRE_ROWS = 4  # output rows (or columns) per band, pre program
+POST_ROWS = 16  # ... post program
+STRIP = 12  # step 2's row bands per pre program run: 48 output rows
 
 
 @dataclass(frozen=True)
@@ -37,13 +48,11 @@ class Axis:
     """One axis of one resize step, banded."""
 
     index: np.ndarray  # (B * K,) int64: the input rows (or columns) each band gathers
-    weights: np.ndarray  # (B, ROWS, K) float32
+    weights: np.ndarray  # (B, rows, K) float32
     size: int  # output length (B * ROWS may be more: the tail is cut)
 
 
-def band(
-    idx: np.ndarray, w: np.ndarray, n_in: int, rows: int = ROWS
-) -> tuple[np.ndarray, np.ndarray]:
+def band(idx: np.ndarray, w: np.ndarray, n_in: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-output taps (``idx``, ``w``: out x taps) -> (index (B*K,), weights (B, rows, K))."""
     out = idx.shape[0]
     bands = -(-out // rows)
@@ -66,13 +75,13 @@ def band(
 
 def _area(n_in: int, n_out: int, scale: float) -> Axis:
     idx, w = resample._area_weights(n_in, n_out)
-    index, weights = band(idx, w.astype(np.float64) * scale, n_in)
+    index, weights = band(idx, w.astype(np.float64) * scale, n_in, PRE_ROWS)
     return Axis(index, weights, n_out)
 
 
 def _cubic(n_in: int, n_out: int) -> Axis:
     idx, w = resample._cubic_weights(n_out, n_in)
-    index, weights = band(idx, w, n_in)
+    index, weights = band(idx, w, n_in, PRE_ROWS)
     return Axis(index, weights, n_out)
 
 
@@ -100,43 +109,108 @@ def first_size(size: tuple[int, int], core: tuple[int, int]) -> tuple[int, int]:
     return (max(1, round(h * scale)), max(1, round(w * scale)))
 
 
+Steps = tuple[tuple[Axis, Axis], tuple[Axis, Axis]]
+
+
+@dataclass(frozen=True, eq=False)
+class Strip:
+    """One pre program run: ``stop - start`` output rows from the image rows it gathers."""
+
+    rows: np.ndarray  # (B1 * K1,) the image rows step 1's bands of this strip take
+    rw1: np.ndarray  # (B1, PRE_ROWS, K1)
+    ri2: np.ndarray  # (B2, K2) step 2's row indices, into this strip's step-1 rows
+    rw2: np.ndarray  # (3 * B2, PRE_ROWS, K2): the program's row product runs per channel
+    start: int  # output rows [start, stop): the first stop - start rows of the run's
+    stop: int
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """DA3's two steps from one image size to one core shape, and the strips they run in."""
+
+    steps: Steps
+    strips: tuple[Strip, ...]
+
+    def taps(self) -> list[int]:
+        """K (input rows per band) of each axis, in the program's input order."""
+        return [axis.weights.shape[2] for pair in self.steps for axis in pair]
+
+    def bands1(self) -> int:
+        """The most step-1 row bands a strip takes."""
+        return int(max(strip.rw1.shape[0] for strip in self.strips))
+
+    def inputs(self, rgb: np.ndarray, strip: Strip, buffer: np.ndarray) -> list[np.ndarray]:
+        """One run's eight inputs: the image's rows for the strip's step-1 bands, gathered
+        and cast to float32 into ``buffer`` (one pass; gathers and casts are not delegated),
+        then the weights and the other gathers' indices (band x taps)."""
+        (_, cols1), (_, cols2) = self.steps
+        b1, _, k1 = strip.rw1.shape
+        flat = rgb.reshape(rgb.shape[0], -1)
+        gathered = buffer[: strip.rows.size * flat.shape[1]].reshape(b1, k1, flat.shape[1])
+        np.copyto(gathered.reshape(-1, flat.shape[1]), flat[strip.rows], casting="unsafe")
+        return [
+            gathered,
+            strip.rw1,
+            cols1.index.reshape(cols1.weights.shape[0], -1),
+            cols1.weights,
+            strip.ri2,
+            strip.rw2,
+            cols2.index.reshape(cols2.weights.shape[0], -1),
+            cols2.weights,
+        ]
+
+    def run(self, rgb: np.ndarray, program: Callable[[list[np.ndarray]], np.ndarray]) -> np.ndarray:
+        """The pre program over every strip: ``program(inputs)`` -> (3, >=rows, >=w); the
+        bands' tails cut -> (1, 3, h, w) float32, a copy (the program's memory is reused)."""
+        rows2, cols2 = self.steps[1]
+        h, w = rows2.size, cols2.size
+        out = np.empty((1, 3, h, w), dtype=np.float32)
+        most = max(strip.rows.size for strip in self.strips) * rgb.shape[1] * rgb.shape[2]
+        buffer = np.empty(most, dtype=np.float32)
+        for strip in self.strips:
+            y = program(self.inputs(rgb, strip, buffer))
+            out[0, :, strip.start : strip.stop] = y[:, : strip.stop - strip.start, :w]
+        return out
+
+
+def _strips(steps: Steps) -> tuple[Strip, ...]:
+    """Cut step 2's row bands into strips of ``STRIP``; each takes the step-1 row bands
+    its rows read (neighbouring strips share a band or two: computed in each)."""
+    (rows1, _), (rows2, _) = steps
+    idx1 = rows1.index.reshape(rows1.weights.shape[0], -1)
+    idx2 = rows2.index.reshape(rows2.weights.shape[0], -1)
+    strips = []
+    for s0 in range(0, idx2.shape[0], STRIP):
+        s1 = min(idx2.shape[0], s0 + STRIP)
+        lo, hi = int(idx2[s0:s1].min()) // PRE_ROWS, int(idx2[s0:s1].max()) // PRE_ROWS + 1
+        strips.append(
+            Strip(
+                rows=idx1[lo:hi].ravel(),
+                rw1=rows1.weights[lo:hi],
+                ri2=np.ascontiguousarray(idx2[s0:s1] - lo * PRE_ROWS),
+                rw2=np.concatenate([rows2.weights[s0:s1]] * 3),
+                start=s0 * PRE_ROWS,
+                stop=min(rows2.size, s1 * PRE_ROWS),
+            )
+        )
+    return tuple(strips)
+
+
+@functools.lru_cache(maxsize=32)
 def plan(
     src: tuple[int, int], core: tuple[int, int], original: tuple[int, int] | None = None
-) -> tuple[tuple[Axis, Axis], ...]:
+) -> Plan:
     """DA3's two steps from ``src`` to ``core`` (``resample.da3_resize``); for a core shape
     that is not DA3's for this image, the one step ``resample.resize`` takes, then an
     identity (the program always takes two). ``original``: the image's size before a
     pre-shrink to ``src`` (DA3's rule and its first step follow the original)."""
     size = original or src
     if da3_shape(*size, max(core)) != core:
-        return step(src, core), step(core, core)
-    first = first_size(size, core)
-    return step(src, first), step(first, core)
-
-
-def taps(steps: tuple[tuple[Axis, Axis], ...]) -> list[int]:
-    """K (input rows per band) of each axis, in the program's input order."""
-    return [axis.weights.shape[2] for pair in steps for axis in pair]
-
-
-def program_inputs(rgb: np.ndarray, steps: tuple[tuple[Axis, Axis], ...]) -> list[np.ndarray]:
-    """The pre program's eight inputs: the image's rows for step 1's bands, gathered and
-    cast to float32 here (one pass; gathers and casts are not delegated), then the
-    weights and the other gathers' indices (band x taps)."""
-    (rows1, cols1), (rows2, cols2) = steps
-    h = rgb.shape[0]
-    gathered = np.take(rgb.reshape(h, -1), rows1.index, axis=0).astype(np.float32)
-    b1, _, k1 = rows1.weights.shape
-    return [
-        gathered.reshape(b1, k1, -1),
-        rows1.weights,
-        cols1.index.reshape(cols1.weights.shape[0], -1),
-        cols1.weights,
-        rows2.index.reshape(rows2.weights.shape[0], -1),
-        rows2.weights,
-        cols2.index.reshape(cols2.weights.shape[0], -1),
-        cols2.weights,
-    ]
+        steps = (step(src, core), step(core, core))
+    else:
+        first = first_size(size, core)
+        steps = (step(src, first), step(first, core))
+    return Plan(steps, _strips(steps))
 
 
 def _bilinear_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,8 +236,8 @@ def post_plan(core: tuple[int, int], size: tuple[int, int]) -> tuple[Axis, Axis]
     """The post program's resize, ``core`` -> ``size``: Pillow's bilinear (the numpy
     stages' ``Image.resize``), columns then rows, as Pillow takes them."""
     (h, w), (oh, ow) = core, size
-    rows = band(*_bilinear_weights(h, oh), h)
-    cols = band(*_bilinear_weights(w, ow), w)
+    rows = band(*_bilinear_weights(h, oh), h, POST_ROWS)
+    cols = band(*_bilinear_weights(w, ow), w, POST_ROWS)
     return Axis(cols[0], cols[1], ow), Axis(rows[0], rows[1], oh)
 
 

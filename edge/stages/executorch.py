@@ -21,8 +21,6 @@ layout. A resize outside the program's bounds (a strong shrink, an output over
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from edge import etrunner
@@ -31,15 +29,18 @@ from edge.models import Artifact, Manifest
 from edge.stages import bands, resample
 
 MAX_SIDE = 2048
-# The pre program's dynamic bounds (intermediates are memory-planned at them: ~28 MB):
-# bands of bands.ROWS output rows (33 x 16 covers 528 >= any core side), taps per band in
-# step 1 (area 2048 -> 504 needs 67) and step 2 (a resize by a few percent needs ~20).
-BOUNDS = {"bands": 33, "taps1": 72, "taps2": 40}
+# The pre program's dynamic bounds, per run (a strip of bands.STRIP row bands of
+# bands.PRE_ROWS rows; its intermediates are memory-planned at these, a run touches ~3 MB):
+# step-1 row bands a strip reads (STRIP plus what step 2's scale and taps add), column
+# bands (132 x 4 covers 528 >= any core side), taps per band in step 1 (area 2048 -> 504
+# needs 19, the one-step fallback to a core of another aspect up to ~24) and step 2 (DA3's
+# second step changes a side by a few rows: <= 8).
+BOUNDS = {"bands1": 32, "bands2": bands.STRIP, "columns": 132, "taps1": 28, "taps2": 12}
+CORE_SIDE = 528
 # The post program's: up to MAX_SIDE out of a core side up to CORE_SIDE, in bands of
-# bands.ROWS; taps per band (enlarging needs ~ROWS * in/out + 2 <= 18; a slight shrink
-# fits too, a strong one goes to numpy).
-CORE_SIDE = BOUNDS["bands"] * bands.ROWS
-POST_BOUNDS = {"bands": MAX_SIDE // bands.ROWS, "taps": 20}
+# bands.POST_ROWS; taps per band (enlarging needs ~POST_ROWS * in/out + 2 <= 18; a slight
+# shrink fits too, a strong one goes to numpy).
+POST_BOUNDS = {"bands": MAX_SIDE // bands.POST_ROWS, "taps": 20}
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 # What each program's forward takes (dtype, rank per input): a model folder exported for
 # another layout of the stages is refused with the way out, not run into garbage.
@@ -49,27 +50,38 @@ SIGNATURES = {
 }
 
 
-def _fits(steps: tuple[Any, ...]) -> bool:
-    t = bands.taps(steps)
-    return max(t[:2]) <= BOUNDS["taps1"] and max(t[2:]) <= BOUNDS["taps2"]
+def _fits(plan: bands.Plan) -> bool:
+    t = plan.taps()
+    return (
+        max(t[:2]) <= BOUNDS["taps1"]
+        and max(t[2:]) <= BOUNDS["taps2"]
+        and plan.bands1() <= BOUNDS["bands1"]
+    )
 
 
-def pre_input(rgb: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, tuple[Any, ...]]:
-    """What the pre program starts from, and its two banded steps.
+def pre_input(rgb: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, bands.Plan]:
+    """What the pre program starts from, and its plan (two banded steps, in strips).
 
-    Within ``MAX_SIDE`` and the program's tap bounds: the image itself, both steps in the
+    Within ``MAX_SIDE`` and the program's bounds: the image itself, both steps in the
     program. Over them (a 12 MP photo): numpy takes DA3's first step (``resample``, the
     numpy stages' own: within a uint8 level of DA3's, 30 ms at 4032x3024 here) and the
     program the second. (k x k block means first, then the program, were exact when
     DA3's factor is a multiple of k, but took 84 ms for the means alone.)"""
     size = (int(rgb.shape[0]), int(rgb.shape[1]))
     if max(size) <= MAX_SIDE:
-        steps = bands.plan(size, shape)
-        if _fits(steps):
-            return rgb, steps
+        plan = bands.plan(size, shape)
+        if _fits(plan):
+            return rgb, plan
     # numpy's first resize: DA3's step 1 (or the one step of a non-DA3 core shape).
     first = bands.first_size(size, shape)
     return resample.resize(rgb, first), bands.plan(first, shape, original=size)
+
+
+def _rows_match(program: etrunner.Program, kind: str) -> bool:
+    """The program's bands are as high as ours (fixed at export: its first weights'
+    second dimension)."""
+    weights = program.inputs[1 if kind == "pre" else 2]
+    return weights.shape[1] == (bands.PRE_ROWS if kind == "pre" else bands.POST_ROWS)
 
 
 class ExecuTorchStages:
@@ -90,24 +102,24 @@ class ExecuTorchStages:
             path = self.manifest.verify(artifact)
             program = etrunner.Program(path, self.runtime)
             takes = tuple((m.dtype, len(m.shape)) for m in program.inputs)
-            if takes != SIGNATURES[kind] or len(program.outputs) != 1:
+            if (
+                takes != SIGNATURES[kind]
+                or len(program.outputs) != 1
+                or not _rows_match(program, kind)
+            ):
                 program.close()
                 raise ModelCorrupt(
                     f"{path}: a {kind} program of another da3-edge version (it takes "
-                    f"{len(takes)} inputs of other types): re-export the model directory "
+                    f"{len(takes)} inputs of other types or shapes): re-export the model directory "
                     "(da3-edge export)"
                 )
             self._programs[kind] = program
         return self._programs[kind]
 
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-        image, steps = pre_input(rgb, shape)
-        inputs = bands.program_inputs(image, steps)
+        image, plan = pre_input(rgb, shape)
         program = self.program("pre", shape)
-        (out,) = program.run(inputs, copy=False)
-        h, w = shape
-        # A copy (never a view: the program's memory is reused), the bands' tail cut.
-        x = out[:, :h, :w].copy()[None]
+        x = plan.run(image, lambda inputs: program.run(inputs, copy=False)[0])
         program.release()  # see postprocess
         return x
 

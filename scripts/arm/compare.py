@@ -67,8 +67,8 @@ def run_stages(models: Path, out: Path) -> None:
     results = {}
     for h, w in ((280, 364), (97, 131)):
         rgb = (rng.random((h, w, 3)) * 255).astype(np.uint8)
-        steps = bands.plan((h, w), da3_shape(h, w))
-        results[f"pre_{h}x{w}"] = pre.run(bands.program_inputs(rgb, steps))[0]
+        plan = bands.plan((h, w), da3_shape(h, w))
+        results[f"pre_{h}x{w}"] = plan.run(rgb, lambda inputs: pre.run(inputs)[0])
     depth, conf = (rng.random(STAGE_SHAPE, dtype=np.float32) + 0.5 for _ in range(2))
     axes = bands.post_plan(STAGE_SHAPE, (280, 364))
     results["post_280x364"] = post.run(bands.post_inputs(depth, conf, axes))[0]

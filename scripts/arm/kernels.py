@@ -143,9 +143,13 @@ def measure_stages(manifest: Any, measure: Any, rng: Any) -> None:
     h, w = 2 * shape[0], 2 * shape[1]  # a frame twice the model's size, which it shrinks to
     rgb = (rng.random((h, w, 3)) * 255).astype(np.uint8)
     pre = etrunner.Program(manifest.verify(manifest.find_stage("pre", shape)), runtime)
-    steps = bands.plan((h, w), da3_shape(h, w))
-    pre_inputs = bands.program_inputs(rgb, steps)
-    measure("stages-pre", lambda: pre.run(pre_inputs), shape=list(shape), input=[h, w])
+    plan = bands.plan((h, w), da3_shape(h, w))
+    measure(
+        "stages-pre",
+        lambda: plan.run(rgb, lambda inputs: pre.run(inputs, copy=False)[0]),
+        shape=list(shape),
+        input=[h, w],
+    )
     post = etrunner.Program(manifest.verify(manifest.find_stage("post", shape)), runtime)
     depth, conf = (rng.random(shape, dtype=np.float32) + 0.5 for _ in range(2))
     post_inputs = bands.post_inputs(depth, conf, bands.post_plan(shape, (h, w)))
