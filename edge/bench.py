@@ -119,8 +119,8 @@ def run_pipeline(
         return RunResult(size, precision, stages, threads, 0.0, error=str(exc))
     load_ms = (time.perf_counter() - t0) * 1000
     result = RunResult(
-        pipe.size, precision, stages, threads, load_ms, {s: [] for s in (*STAGES, "total")},
-        shape=shape,
+        pipe.size, precision, pipe.stages.name, threads, load_ms,
+        {s: [] for s in (*STAGES, "total")}, shape=shape,
     )  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="da3-edge-bench-"))
     try:

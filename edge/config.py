@@ -22,9 +22,10 @@ from typing import Any
 from edge.errors import ConfigError
 from edge.layout import DEFAULT_FORMATS, FORMATS
 from edge.models import PRECISIONS, check_size
-from edge.stages import BACKENDS
+from edge.stages import CHOICES
 
-STAGES = tuple(BACKENDS)
+STAGES = CHOICES
+
 STORE_SIZES = ("core", "camera")  # store.size
 
 
@@ -55,7 +56,7 @@ class ModelConfig:
     dir: str = ""
     precision: str = "fp16"
     size: int = 0  # the cores' long side; 0: 504 when exported, else the only size there
-    stages: str = "numpy"
+    stages: str = "auto"
     threads: int = 0
     weight_cache: str = "auto"
     workers: int = 1

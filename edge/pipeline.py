@@ -105,7 +105,7 @@ class PipelineSpec:
 
     models: str | os.PathLike[str] | None = None  # else $DA3_EDGE_MODELS, else XDG
     precision: str = "fp16"
-    stages: str | None = "numpy"  # a stages.BACKENDS name; None: $DA3_EDGE_STAGES
+    stages: str | None = None  # a stages.CHOICES name; None: $DA3_EDGE_STAGES, else auto
     threads: int | None = None  # per core; None: the platform's, shared among workers
     strict_shape: bool = False  # refuse an image whose DA3 shape was not exported
     fp16_arithmetic: bool | None = None  # None: the platform policy (CoreSpec)
@@ -178,7 +178,12 @@ class Pipeline(Closing):
         if open_core is None:
             require_litert_cpu()  # say it once, before any image or camera
         manifest = Manifest.load(resolve_models_dir(spec.models))
-        backend = stages_mod.load(spec.stages, manifest=manifest, threads=spec.threads)
+        pick_size(manifest, spec.precision, spec.size)  # a size not there: refused first
+        # With the core in worker processes (the daemon) the stages run while it
+        # computes, on the same cores: one thread, as the numpy stages have. A second
+        # one stalls every small parallel step of the ExecuTorch stages on a busy core.
+        threads = 1 if spec.core_process else spec.threads
+        backend = stages_mod.load(spec.stages, manifest=manifest, threads=threads)
         try:
             return cls(manifest, backend, spec, open_core=open_core)
         except BaseException:

@@ -14,6 +14,7 @@ from scripts.compare_pytorch.measure import median_round
 from scripts.compare_pytorch.peer import read_pfm
 
 from .support import ROOT
+from .support.tools import auto_stages
 
 pytestmark = pytest.mark.parity
 
@@ -41,7 +42,7 @@ def compared(
     return json.loads(out.read_text()), proc.stdout
 
 
-EDGE = {"da3-edge", "da3-edge-executorch", "da3-edge-cache-off", "da3-edge-int8"}
+EDGE = {"da3-edge", "da3-edge-numpy", "da3-edge-cache-off", "da3-edge-int8"}
 
 
 def test_compare_pytorch_stills(compared: Compared) -> None:
@@ -51,6 +52,7 @@ def test_compare_pytorch_stills(compared: Compared) -> None:
     assert data["pytorch_forward_s"] > 0
     assert set(data["core_s"]) == {"fp32", "fp16", "int8"}
     assert set(data["still_s"]) == {"pytorch", "da3-edge-before", *EDGE}
+    assert data["default_stages"] == auto_stages()  # what the default config ran
     for name in data["still_s"]:
         assert data["still_peak_rss_mib"][name] > 50
     assert data["still_ratio"]["pytorch"] == 1.0

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,7 @@ import numpy as np
 
 from .support import children
 from .support.daemon import DaemonProcess, frame_dirs, write_config
-from .support.tools import run_cli, run_main, tmpfs
+from .support.tools import auto_stages, run_cli, run_main, tmpfs
 
 FILES = {"frame.depth.png", "frame.npz", "frame.preview.png", "frame.json"}
 
@@ -64,8 +65,15 @@ def test_frames_flow_with_provenance_and_a_bounded_ring(small_models: Path, tmp_
             ],
             what="STATUS",
         )
+        status_json = json.loads((store / "status.json").read_text())
         code = d.stop()
+        log = d.log
     assert code == 0
+    # The default stages (auto): one line at start says which and why; status.json
+    # and every frame's record name the backend that ran.
+    backend = auto_stages()
+    assert len(re.findall(rf"stages: {backend} \(auto: ", log)) == 1, log
+    assert status_json["model"]["stages"] == backend and meta["stages"] == backend
     assert len(dirs) <= 5  # keep_frames
     for key in (
         "store_seq",

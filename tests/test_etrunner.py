@@ -283,3 +283,42 @@ def test_stage_programs_plan_little_memory(executorch_runtime: Path, small_model
     mib = (pre.planned_bytes / 2**20, post.planned_bytes / 2**20)
     print(f"planned: pre {mib[0]:.1f} MiB, post {mib[1]:.1f} MiB")
     assert 0 < mib[0] <= 32 and 0 < mib[1] <= 80
+
+
+def _without_programs(models: Path, dest: Path) -> Path:
+    """A copy of ``models`` exported as with --no-stages: no .pte, none in the manifest."""
+    shutil.copytree(models, dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    for artifact in [a for a in manifest["artifacts"] if a["kind"] in ("pre", "post")]:
+        (dest / artifact["file"]).unlink()
+        manifest["artifacts"].remove(artifact)
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def test_auto_runs_the_executorch_stages_where_installed_else_numpy(
+    executorch_runtime: Path, small_models: Path, tmp_path: Path
+) -> None:
+    """The default, stages = "auto": a still's record names the ExecuTorch stages where
+    the runner and the folder's programs are installed, numpy where either is missing;
+    doctor says which and why."""
+    photo = _photo(tmp_path)
+    bare = _without_programs(small_models, tmp_path / "bare")
+    cases = {
+        "installed": (small_models, {}, "executorch", "auto runs executorch (auto: da3-edge's"),
+        "no runner": (small_models, {"DA3_EDGE_EXECUTORCH": str(tmp_path / "none")}, "numpy",
+                      "auto runs numpy (auto: the executorch stages need da3-edge's ExecuTorch "
+                      "runner, not installed in"),
+        "no programs": (bare, {}, "numpy", "auto runs numpy (auto: " + f"{bare} has no stage "
+                        "programs (exported with --no-stages))"),
+    }  # fmt: skip
+    for case, (models, env, backend, doctor_says) in cases.items():
+        out = tmp_path / case.replace(" ", "-")
+        proc = run_cli(["snap", str(photo), "--models", str(models), "-o", str(out)], extra_env=env)
+        assert proc.returncode == 0, proc.stderr
+        record = json.loads((out / "grey.json").read_text())
+        doctor = run_cli(["doctor", "--models", str(models), "--json"], extra_env=env)
+        checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+        print(f"{case}: record {record['stages']}; doctor: {checks['stages']['detail']}")
+        assert record["stages"] == backend, case
+        assert checks["stages"]["detail"].startswith(doctor_says), checks["stages"]

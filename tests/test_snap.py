@@ -15,7 +15,7 @@ from PIL import Image
 from edge.parity import metrics
 
 from .support.photos import photo_path, sized_photos
-from .support.tools import run_cli, run_main, tmpfs
+from .support.tools import auto_stages, run_cli, run_main, tmpfs
 
 GOOD = {
     # name: displayed (H, W)
@@ -41,8 +41,10 @@ FILES = (".depth.png", ".npz", ".preview.png", ".json")
 
 
 def _check_outputs(
-    out: Path, stem: str, size: tuple[int, int], stages: str = "numpy"
+    out: Path, stem: str, size: tuple[int, int], stages: str | None = None
 ) -> dict[str, Any]:
+    """``stages``: the backend the record names (None: what the default, auto, runs)."""
+    stages = stages or auto_stages()
     h, w = size
     with Image.open(out / f"{stem}.depth.png") as png:
         assert png.mode in ("I;16", "I;16B", "I;16L", "I") and png.size == (w, h)

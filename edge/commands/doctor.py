@@ -3,8 +3,8 @@
 Checks, each OK / WARN / FAIL with one line of detail: platform and CPU features,
 the fp16 policy, the kernel families the CPU can use and the precision recommended
 there, LiteRT (imports, and a model loads with XNNPACK), ExecuTorch's runner
-(optional: installed for this da3-edge, and it loads),
-the model directory (manifest, sizes, hashes), cameras (picamera2 importable,
+(optional: installed for this da3-edge, and it loads), the model directory (manifest,
+sizes, hashes, and the stages ``auto`` runs with it), cameras (picamera2 importable,
 /dev/video* and /dev/media* present and openable), the store and state directories
 (writable, free space), and on a Raspberry Pi the temperature and throttling flags.
 Exit 1 when a FAIL blocks running (no LiteRT, no usable model, unwritable store);
@@ -30,6 +30,7 @@ from edge.commands import options
 from edge.errors import first_line
 
 if TYPE_CHECKING:
+    from edge.models import Manifest
     from edge.platform import CpuFeatures
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -116,13 +117,22 @@ def check_litert() -> Check:
 
 
 def check_executorch() -> Check:
-    """The torch-free runner for --stages executorch: installed, and it loads."""
+    """The torch-free runner for the ExecuTorch stages: installed, and it loads."""
     from edge import etrunner
 
     usable, detail = etrunner.status()
     if usable:
-        return Check("executorch", OK, f"--stages executorch usable: {detail}")
-    return Check("executorch", WARN, f"optional, only --stages executorch needs it: {detail}")
+        return Check("executorch", OK, f"the ExecuTorch stages can run: {detail}")
+    return Check("executorch", WARN, f"optional, without it the numpy stages run: {detail}")
+
+
+def check_stages(manifest: Manifest) -> Check:
+    """What ``--stages auto`` (the default) runs with this model folder, and why."""
+    from edge import stages
+
+    backend = stages.choose(manifest=manifest, threads=1)
+    backend.close()
+    return Check("stages", OK, f"auto runs {backend.name} ({backend.reason})")
 
 
 def check_models(directory: Path) -> list[Check]:
@@ -157,6 +167,7 @@ def check_models(directory: Path) -> list[Check]:
             bad += 1
     flag = " — RANDOM-INIT (not a real model)" if any(a.random_init for a in cores) else ""
     status = OK if bad == 0 else (WARN if good else FAIL)
+    out.append(check_stages(manifest))
     out.insert(
         0,
         Check(

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 from edge.errors import UsageError
 from edge.models import LONGEST_SIDE, PRECISIONS, check_size
-from edge.stages import BACKENDS
+from edge.stages import CHOICES
 
-STAGES = tuple(BACKENDS)
+STAGES = CHOICES
+
 MODELS_DEFAULT = "$DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models"
 
 
@@ -64,8 +65,12 @@ def add_size(p: argparse.ArgumentParser, *, config_key: str | None = None) -> No
 def add_stages(
     p: argparse.ArgumentParser, *, default: str | None = None, config_key: str | None = None
 ) -> None:
-    """``default`` only describes where the backend comes from (stages.select decides)."""
-    _add_choice(p, "--stages", STAGES, "pre/post-processing backend", None, config_key, default)
+    """``default`` only describes where the backend comes from (stages.load decides)."""
+    what = (
+        "pre/post-processing backend; auto: executorch where its runner and the model's "
+        "programs are installed, else numpy"
+    )
+    _add_choice(p, "--stages", STAGES, what, None, config_key, default)
 
 
 def add_weight_cache(p: argparse.ArgumentParser) -> None:

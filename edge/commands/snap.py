@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_models(p)
     options.add_precision(p, default="fp16")
     options.add_size(p)
-    options.add_stages(p, default="$DA3_EDGE_STAGES, else numpy")
+    options.add_stages(p, default="$DA3_EDGE_STAGES, else auto")
     options.add_weight_cache(p)
     p.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads for the core (default: cores, max 4)"

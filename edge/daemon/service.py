@@ -52,6 +52,7 @@ def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
     # Refuse to start on a missing or tampered model, not at the first frame.
     for artifact in pipeline.artifacts:
         pipeline.manifest.verify(artifact)
+    log.info("stages: %s (%s)", pipeline.stages.name, pipeline.stages.reason)
     return pipeline
 
 

@@ -86,6 +86,7 @@ def _rows_match(program: etrunner.Program, kind: str) -> bool:
 
 class ExecuTorchStages:
     name = "executorch"
+    reason = ""
 
     def __init__(self, manifest: Manifest, threads: int | None = None) -> None:
         self.manifest = manifest
@@ -159,3 +160,20 @@ def open_stages(
     if manifest is None:
         raise EdgeError("the executorch stages need a model directory with .pte programs")
     return ExecuTorchStages(manifest, threads=threads)
+
+
+def open_checked(
+    manifest: Manifest | None = None, threads: int | None = None, **_: object
+) -> ExecuTorchStages:
+    """``open_stages`` with both programs opened and checked now (``auto`` decides on
+    it): a missing runner, a missing, tampered or older program is an EdgeError here,
+    not at the first frame."""
+    backend = open_stages(manifest, threads)
+    try:
+        shape = backend.manifest.stage_programs()[0].shape
+        for kind in ("pre", "post"):
+            backend.program(kind, shape)
+    except BaseException:
+        backend.close()
+        raise
+    return backend

@@ -26,6 +26,7 @@ _LUT = np.stack(
 
 class NumpyStages:
     name = "numpy"
+    reason = ""
 
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         h, w = shape

@@ -213,6 +213,17 @@ def check_stages(report: Report, out: Path) -> None:
     ok = m["pearson"] >= min_r and m["rel_l2"] <= max_rel
     ok = ok and report.flags("a76-fp32-executorch", "stages") == {"executorch"}
     report.record("snap --stages executorch: cortex-a76 vs x86_64 (fp32)", ok, **m)
+    # The default config (stages = "auto") with the runner installed, as the Pi
+    # installer leaves it: every still's record and doctor name the ExecuTorch stages.
+    ran = {p: sorted(map(str, report.flags(f"a76-{p}", "stages"))) for p in ARCH}
+    doctor = json.loads((out / "doctor-a76.json").read_text())
+    auto = next((c["detail"] for c in doctor["checks"] if c["name"] == "stages"), "")
+    report.record(
+        "default config on cortex-a76: the ExecuTorch stages (records and doctor)",
+        all(r == ["executorch"] for r in ran.values()) and auto.startswith("auto runs executorch"),
+        **{f"stages {p}": ",".join(r) for p, r in ran.items()},
+        doctor=auto,
+    )
 
 
 def check(out: Path) -> int:

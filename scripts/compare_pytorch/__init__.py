@@ -18,9 +18,10 @@ Measured, alternating the contenders round by round, each in a fresh process:
   from the safetensors file, DA3's own preprocessing (its InputProcessor), a plain
   fp32 forward (no autocast), depth resized to the photo and written as a 16-bit PNG,
   torch.set_num_threads(--threads). Reports its forward time too (best of 3).
-- da3-edge (b): `da3-edge snap` in its default configuration (numpy stages, fp16,
-  default outputs) from the runtime env (--runtime-python, default .venv), and the same
-  with `--stages executorch` (the torch-free runner: `da3-edge install-executorch`).
+- da3-edge (b): `da3-edge snap` in its default configuration (stages auto: the
+  ExecuTorch stages where the torch-free runner is installed, `da3-edge
+  install-executorch`; fp16, default outputs) from the runtime env (--runtime-python,
+  default .venv), and the same with `--stages numpy`.
 - stages: scripts/bench_stages.py in the runtime env, numpy and ExecuTorch stages
   alternating call by call, at 1 thread and at --threads.
 - core: LiteRT fp32 / fp16 / int8 core latency (best of 5 after warm-up) in this process,

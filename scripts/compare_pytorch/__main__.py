@@ -127,7 +127,7 @@ def contenders(
     found: Contenders = {
         "pytorch": (pytorch_argv(ns, image, work), threads_env, False),
         "da3-edge": (snap("edge"), edge_env, True),
-        "da3-edge-executorch": (snap("et", "--stages", "executorch"), edge_env, True),
+        "da3-edge-numpy": (snap("numpy", "--stages", "numpy"), edge_env, True),
         "da3-edge-cache-off": (snap("off", "--weight-cache", "off"), edge_env, True),
         "da3-edge-int8": (snap("int8", "--precision", "int8"), edge_env, True),
     }
@@ -161,7 +161,10 @@ def stills(
             results[name].append(still(argv, env, trace=traced, cwd=work))
         for precision, gguf in ggufs.items():
             peer_firsts[precision].append(peer.peer_first_depth(ns.peer, gguf, image, ns.threads))
-    return {"results": results, "first_build": first_build, "peer_firsts": peer_firsts}
+    # The stages the default config ran (auto: ExecuTorch where its runner is installed).
+    record = json.loads((work / "edge" / f"{image.stem}.json").read_text())
+    return {"results": results, "first_build": first_build, "peer_firsts": peer_firsts,
+            "default_stages": record["stages"]}  # fmt: skip
 
 
 def baseline_forward(ns: argparse.Namespace, image: Path, work: Path) -> dict[str, Any]:
@@ -232,6 +235,7 @@ def summarise(
         "core_ratio": {k: v / forward["forward_s"] for k, v in cores.items()},
         "still_s": still_s,
         "still_peak_rss_mib": rss,
+        "default_stages": rounds["default_stages"],
         "raw": results,
     }
     for span in ("load_ms", "to_depth_ms"):

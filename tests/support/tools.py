@@ -33,6 +33,15 @@ def require_tool(name: str, install: str) -> str:
     return path
 
 
+def auto_stages() -> str:
+    """What ``--stages auto`` (the default) runs here with a model folder that has its
+    programs: the ExecuTorch stages where the runner is installed (.ci/run installs it),
+    else numpy. tests/test_etrunner.py pins both branches."""
+    from edge import etrunner
+
+    return "executorch" if etrunner.status()[0] else "numpy"
+
+
 def run_cli(
     args: list[str],
     *,
