@@ -120,7 +120,7 @@ class Strip:
     rw1: np.ndarray  # (B1, PRE_ROWS, K1)
     ri2: np.ndarray  # (B2, K2) step 2's row indices, into this strip's step-1 rows
     rw2: np.ndarray  # (3 * B2, PRE_ROWS, K2): the program's row product runs per channel
-    start: int  # output rows [start, stop): the first stop - start rows of the run's
+    start: int  # the output rows [start, stop), the first stop - start rows of its run
     stop: int
 
 

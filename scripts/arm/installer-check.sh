@@ -134,7 +134,9 @@ if [ "${1:-}" = --inner ]; then
     sed 's/^/  | /' "$WORK/doctor.out"
     check "da3-edge doctor: exit $rc, ready" test $rc = 0
     check "ExecuTorch runner built on the device and usable by da3-edge (doctor)" \
-        grep -Eq "ok +executorch +--stages executorch usable: runner for executorch" "$WORK/doctor.out"
+        grep -Eq "ok +executorch +the ExecuTorch stages can run: runner for executorch" "$WORK/doctor.out"
+    check "doctor: the default stages (auto) run the ExecuTorch programs" \
+        grep -Eq "ok +stages +auto runs executorch" "$WORK/doctor.out"
     # fp32: emulated fp16 arithmetic (the config's fp16 on a Cortex-A76) takes a minute a frame.
     echo "--- da3-edge run --source fake --precision fp32 --max-frames 2 (as da3-edge, the installed config)"
     set +e
@@ -145,6 +147,8 @@ if [ "${1:-}" = --inner ]; then
     sed 's/^/  | /' "$WORK/run.out" | tail -n 4
     check "the installed daemon wrote frames: exit $rc" \
         test $rc = 0 -a -f "$ROOT/tmp/installer-check-store/latest/frame.json"
+    check "the installed daemon runs the ExecuTorch stages by default (its log)" \
+        grep -q "stages: executorch (auto: " "$WORK/run.out"
     rm -rf "$ROOT/tmp/installer-check-store"
 
     # 2. The same install again, after a user edit to the config: nothing may change.
@@ -227,6 +231,8 @@ if [ "${1:-}" = --inner ]; then
     sed 's/^/  | /' "$WORK/doctor8.out" | grep executorch || true
     check "doctor says why the runner is missing and how to retry" \
         grep -q "the last \`da3-edge install-executorch\` failed (building the ExecuTorch runner failed (/bin/false)" "$WORK/doctor8.out"
+    check "doctor: without the runner the default stages (auto) are numpy, saying why" \
+        grep -q "auto runs numpy (auto: the executorch stages need" "$WORK/doctor8.out"
     install_run run9 --from "/mnt/dist/$WHEEL" --models /mnt/models || bad "the runner built again: exit non-zero"
     check "the runner built again by the next install" test -f "$ROOT$et_dir/runner.so" \
         -a ! -e "$ROOT$et_dir.failed"
