@@ -222,16 +222,26 @@ def render_sizes(data: Data) -> str:
         + ("; random-init weights (the cost of a size, not its accuracy)." if data["random_init"]
            else ".")
     )  # fmt: skip
+    stages = sorted({s for r in data["sizes"] for s in r.get("daemon", {}).get("stages", [])})
+    if stages:
+        head += (
+            f" Daemon: `da3-edge run`, default config (fp16, {' / '.join(stages)} stages), "
+            f"{data['daemon_frames']} frames replayed at twice the core's rate; in brackets "
+            "its frames/s x the fp16 core's time measured just before it (target >= 0.95)."
+        )
     rows = [
-        "| size | core shape | tokens | GFLOP | core fp16 | core int8 | still fp16 | still int8 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| size | core shape | tokens | GFLOP | core fp16 | core int8 | still fp16 | still int8 "
+        "| daemon |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in data["sizes"]:
         core = [f"{r['core_ms'][p]:.0f} ms ({r['core_ratio'][p]:.2f})" for p in ("fp16", "int8")]
         still = [f"{r['still_s'][p]:.2f} s ({r['still_ratio'][p]:.2f})" for p in ("fp16", "int8")]
+        d = r.get("daemon")
+        daemon = f"{d['fps']:.2f} frames/s ({d['ratio']:.2f})" if d else "not run"
         rows.append(
             f"| {r['size']} | {r['shape'][0]}x{r['shape'][1]} | {r['tokens']} | "
-            f"{r['gflop']:.1f} | {' | '.join(core)} | {' | '.join(still)} |"
+            f"{r['gflop']:.1f} | {' | '.join(core)} | {' | '.join(still)} | {daemon} |"
         )
     return "\n".join([head, "", *rows])
 

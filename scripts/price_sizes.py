@@ -1,6 +1,7 @@
 """The price of each core size (``--size``): GFLOP per forward, the core's time and a
-cold still, fp16 and int8, measured side by side in one run; the ratios are to 504's
-in that run.
+cold still, fp16 and int8, and the daemon's frames/s (its default config), measured
+side by side in one run; the ratios are to 504's in that run, the daemon's to the
+rate of the core timed just before it.
 
 Run it in the export environment (it exports the models and counts FLOPs with torch;
 the timings run in the runtime environment's Python, as a user's would):
@@ -10,7 +11,9 @@ the timings run in the runtime environment's Python, as a user's would):
 ``--weights``: the official release folder or seeded random weights (``da3-edge export
 --random-init 0 --save-weights DIR --weights-only``). Random weights price the cost of
 a size, never its accuracy. Each size is exported at the shape a 1200x1600 photo runs
-at (its 4:3 shape), fp16 and int8, into one folder; rounds alternate the sizes.
+at (its 4:3 shape), fp16 and int8, into one folder with the stage programs (the
+daemon's default stages run them where the runner is installed); rounds alternate the
+sizes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated; the first is the one ratios are to")  # fmt: skip
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--daemon-frames", type=int, default=30,
+                   help="frames the daemon is timed over at each size (0: no daemon)")  # fmt: skip
     p.add_argument("--runtime-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
     p.add_argument("--models", type=Path, help="export into (and reuse) this folder")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -46,9 +51,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def export(weights: Path, out: Path, shapes: list[tuple[int, int]]) -> None:
-    """The cores at ``shapes``, fp16 and int8, verified, no stage programs."""
+    """The cores at ``shapes``, fp16 and int8, and the stage programs, verified."""
     argv = [sys.executable, "-m", "edge", "export", "--weights", str(weights), "--out", str(out),
-            "--precision", ",".join(PRECISIONS), "--no-stages"]  # fmt: skip
+            "--precision", ",".join(PRECISIONS)]  # fmt: skip
     for h, w in shapes:
         argv += ["--shape", f"{h}x{w}"]
     subprocess.run(argv, check=True, cwd=ROOT)
@@ -79,8 +84,30 @@ def gflop(shape: tuple[int, int]) -> float:
     return network_flops(shape)["core"] / 1e9
 
 
-def one_round(ns: argparse.Namespace, models: Path, photo: Path, work: Path) -> dict[str, Any]:
-    """Every size and precision once: the core's time and a cold still."""
+def daemon(
+    ns: argparse.Namespace, models: Path, work: Path, size: int, core_ms: float
+) -> dict[str, Any]:
+    """`da3-edge run` with the default config at ``model.size = size`` on replayed
+    1200x1600 JPEGs, delivered at twice the core's rate (10 fps at least) so the camera
+    never sets the pace: sustained frames/s and their ratio to 1 / ``core_ms``."""
+    from scripts.compare_pytorch.measure import daemon_fps
+
+    replay_fps = max(10.0, float(round(2000.0 / core_ms)))
+    d = daemon_fps(
+        ns.runtime_python, models, ns.threads, work, ns.daemon_frames, 3, replay_fps, 1, size
+    )
+    if d["precision"] != "fp16":
+        raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
+    return {"fps": d["fps"], "ratio": d["fps"] * core_ms / 1000, "replay_fps": replay_fps,
+            "stages": d["stages"], "latency_p50_ms": d["latency_p50_ms"]}  # fmt: skip
+
+
+def one_round(
+    ns: argparse.Namespace, models: Path, photo: Path, work: Path, daemons: bool = True
+) -> dict[str, Any]:
+    """Every size and precision once: the core's time and a cold still; with
+    ``daemons``, then the daemon at that size (fp16, its default), against the fp16
+    core timed just before it."""
     from edge import bench
     from edge.models import da3_shape
 
@@ -100,6 +127,12 @@ def one_round(ns: argparse.Namespace, models: Path, photo: Path, work: Path) -> 
             }
             print(f"  {size} {precision}: core {out[f'{size}/{precision}']['core_ms']:.0f} ms, "
                   f"still {still['seconds']:.2f} s", file=sys.stderr, flush=True)  # fmt: skip
+        if daemons and ns.daemon_frames:
+            run = Path(tempfile.mkdtemp(prefix=f"daemon-{size}-", dir=work))
+            d = daemon(ns, models, run, size, out[f"{size}/fp16"]["core_ms"])
+            out[f"{size}/daemon"] = d
+            print(f"  {size} daemon: {d['fps']:.2f} frames/s = {d['ratio']:.2f} x (1 / core)",
+                  file=sys.stderr, flush=True)  # fmt: skip
     return out
 
 
@@ -120,6 +153,15 @@ def summarise(ns: argparse.Namespace, rounds: list[dict[str, Any]]) -> list[dict
             row[key] = {p: median(size, p, key) for p in PRECISIONS}
         for key, ratio in (("core_ms", "core_ratio"), ("still_s", "still_ratio")):
             row[ratio] = {p: median(size, p, key) / median(base, p, key) for p in PRECISIONS}
+        daemons = [r[f"{size}/daemon"] for r in rounds if f"{size}/daemon" in r]
+        if daemons:
+            ratios = [d["ratio"] for d in daemons]
+            row["daemon"] = {
+                "fps": float(statistics.median(d["fps"] for d in daemons)),
+                "ratio": float(statistics.median(ratios)),
+                "ratio_range": [min(ratios), max(ratios)],
+                "stages": sorted({d["stages"] for d in daemons}),
+            }
         rows.append(row)
     return rows
 
@@ -150,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         photo = work / "photo.jpg"
         photo.write_bytes(bench.synthetic_jpeg(*IMAGE))
         print("warm-up round (builds the weight caches; not counted)", file=sys.stderr)
-        one_round(ns, models, photo, work)
+        one_round(ns, models, photo, work, daemons=False)
         rounds = []
         for n in range(ns.rounds):
             print(f"round {n + 1} of {ns.rounds}", file=sys.stderr, flush=True)
@@ -164,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": ns.threads,
         "rounds": ns.rounds,
         "image": f"synthetic {IMAGE[0]}x{IMAGE[1]} JPEG",
+        "daemon_frames": ns.daemon_frames,
         "random_init": random_init,
         "sizes": rows,
         "raw": rounds,

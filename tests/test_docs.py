@@ -40,10 +40,14 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
     def point(core: float, still: float) -> dict[str, float]:
         return {"core_ms": core, "still_s": still, "still_peak_rss_mib": 300.0}
 
+    def daemon(fps: float, core_ms: float) -> dict[str, object]:
+        return {"fps": fps, "ratio": fps * core_ms / 1000, "stages": "executorch"}
+
     rounds = [
         {"504/fp16": point(c, 2.0), "504/int8": point(c, 2.0),
-         "280/fp16": point(c / 4, 1.0), "280/int8": point(c / 4, 1.0)}
-        for c in (400.0, 1000.0, 420.0)  # a noisy round: the median ignores it
+         "280/fp16": point(c / 4, 1.0), "280/int8": point(c / 4, 1.0),
+         "504/daemon": daemon(fps, c), "280/daemon": daemon(fps * 3, c / 4)}
+        for c, fps in ((400.0, 2.4), (1000.0, 0.9), (420.0, 2.3))  # a noisy round
     ]  # fmt: skip
     ns = argparse.Namespace(sizes=[504, 280])
     rows = price_sizes.summarise(ns, rounds)
@@ -53,13 +57,21 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
     assert rows[0]["core_ms"]["fp16"] == 420.0 and rows[0]["core_ratio"]["fp16"] == 1.0
     assert rows[1]["core_ms"]["int8"] == 105.0 and rows[1]["core_ratio"]["int8"] == 0.25
     assert rows[1]["still_ratio"]["fp16"] == 0.5
+    # The daemon's ratio is each round's own (its core timed just before it), then the median.
+    assert rows[0]["daemon"]["fps"] == 2.3 and rows[0]["daemon"]["ratio"] == 2.4 * 0.4
+    assert rows[0]["daemon"]["ratio_range"] == [0.9, 2.3 * 0.42]
+    assert rows[1]["daemon"]["stages"] == ["executorch"]
     for row, flops in zip(rows, (75.3, 20.1), strict=True):
         row["gflop"] = flops
     machine = {"cpu": {"model": "cpu", "machine": "x86_64", "cores": 2}, "git_revision": "abc"}
     data = {"machine": machine, "threads": 2, "rounds": 3, "image": "img", "random_init": True,
-            "sizes": rows}  # fmt: skip
+            "daemon_frames": 30, "sizes": rows}  # fmt: skip
     table = gen_performance_table.render_sizes(data)
-    assert "| 280 | 210x280 | 300 | 20.1 | 105 ms (0.25) | 105 ms (0.25) | 1.00 s (0.50) |" in table
+    assert (
+        "| 280 | 210x280 | 300 | 20.1 | 105 ms (0.25) | 105 ms (0.25) | 1.00 s (0.50) | "
+        "1.00 s (0.50) | 6.90 frames/s (0.72) |" in table
+    ), table
+    assert "(fp16, executorch stages), 30 frames" in table
     assert "random-init weights (the cost of a size, not its accuracy)" in table
 
 
