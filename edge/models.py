@@ -32,6 +32,9 @@ ENV_MODELS = "DA3_EDGE_MODELS"
 PRECISIONS = ("fp32", "fp16", "int8")
 PATCH = 14
 LONGEST_SIDE = 504  # DA3's own processing size: the default size
+# The ExecuTorch stage programs (edge.stages.executorch): DA3's preprocessing in two
+# steps, in one (where its second is the identity), and the postprocess.
+STAGE_KINDS = ("pre", "pre1", "post")
 # A size is the core's long side, a multiple of PATCH: from 4 patches to twice DA3's.
 MIN_SIZE, MAX_SIZE = 4 * PATCH, 2 * LONGEST_SIDE
 # The aspect ratios exported at each size (H:W): photos and video, either way up.
@@ -245,17 +248,17 @@ class Manifest:
         )
 
     def find_stage(self, kind: str, shape: tuple[int, int]) -> Artifact:
-        """The ExecuTorch ``pre`` or ``post`` program for a core shape."""
+        """The ExecuTorch ``pre``, ``pre1`` or ``post`` program for a core shape."""
         for artifact in self.artifacts:
             if artifact.kind == kind and artifact.shape == shape:
                 return artifact
         raise ModelNotFound(
-            f"{self.directory}: no ExecuTorch {kind}-processing program for "
-            f"{shape[0]}x{shape[1]}; export them with `da3-edge export` (without --no-stages)"
+            f"{self.directory}: no ExecuTorch {kind} program for {shape[0]}x{shape[1]}; "
+            "export the stage programs with `da3-edge export` (without --no-stages)"
         )
 
     def stage_programs(self) -> list[Artifact]:
-        return sorted((a for a in self.artifacts if a.kind in ("pre", "post")), key=_order)
+        return sorted((a for a in self.artifacts if a.kind in STAGE_KINDS), key=_order)
 
     def cores(self) -> list[Artifact]:
         return sorted((a for a in self.artifacts if a.kind == "core"), key=_order)

@@ -62,11 +62,11 @@ def rss_breakdown(manifest, rgb, depth, conf, shape, threads) -> dict[str, float
     base = _status("VmRSS")
     stages = ExecuTorchStages(manifest, threads=threads)
     out["runner_and_libraries_mib"] = _status("VmRSS") - base
-    pre = stages.program("pre", shape)
+    image, plan = pre_input(rgb, shape)
+    pre = stages.program(plan.program, shape)  # the one this frame runs
     post = stages.program("post", shape)
     out["programs_open_mib"] = _status("VmRSS") - base - out["runner_and_libraries_mib"]
     out["planned_bound_mib"] = (pre.planned_bytes + post.planned_bytes) / 2**20
-    image, plan = pre_input(rgb, shape)
     rows = max(strip.rows.size for strip in plan.strips)
     out["pre_input_copy_mib"] = rows * image.shape[1] * image.shape[2] * 4 / 2**20
     for kind, call in (

@@ -19,7 +19,7 @@ import pytest
 from edge import etrunner
 from edge.errors import EdgeError, ModelCorrupt
 from edge.etrunner import install
-from edge.models import Manifest, da3_shape
+from edge.models import STAGE_KINDS, Manifest, da3_shape
 from edge.stages import bands
 
 from .support import ROOT, children
@@ -285,11 +285,12 @@ def test_stage_programs_plan_little_memory(executorch_runtime: Path, small_model
     assert 0 < mib[0] <= 32 and 0 < mib[1] <= 80
 
 
-def _without_programs(models: Path, dest: Path) -> Path:
-    """A copy of ``models`` exported as with --no-stages: no .pte, none in the manifest."""
+def _without_programs(models: Path, dest: Path, kinds: tuple[str, ...] = STAGE_KINDS) -> Path:
+    """A copy of ``models`` without its ``kinds`` programs (all: as exported with
+    --no-stages), neither the files nor in the manifest."""
     shutil.copytree(models, dest)
     manifest = json.loads((dest / "manifest.json").read_text())
-    for artifact in [a for a in manifest["artifacts"] if a["kind"] in ("pre", "post")]:
+    for artifact in [a for a in manifest["artifacts"] if a["kind"] in kinds]:
         (dest / artifact["file"]).unlink()
         manifest["artifacts"].remove(artifact)
     (dest / "manifest.json").write_text(json.dumps(manifest))
@@ -304,6 +305,7 @@ def test_auto_runs_the_executorch_stages_where_installed_else_numpy(
     doctor says which and why."""
     photo = _photo(tmp_path)
     bare = _without_programs(small_models, tmp_path / "bare")
+    older = _without_programs(small_models, tmp_path / "older", ("pre1",))  # an earlier export
     cases = {
         "installed": (small_models, {}, "executorch", "auto runs executorch (auto: da3-edge's"),
         "no runner": (small_models, {"DA3_EDGE_EXECUTORCH": str(tmp_path / "none")}, "numpy",
@@ -311,6 +313,8 @@ def test_auto_runs_the_executorch_stages_where_installed_else_numpy(
                       "runner, not installed in"),
         "no programs": (bare, {}, "numpy", "auto runs numpy (auto: " + f"{bare} has no stage "
                         "programs (exported with --no-stages))"),
+        "no pre1": (older, {}, "numpy", f"auto runs numpy (auto: {older}: no ExecuTorch pre1 "
+                    "program for 140x182; export the stage programs with `da3-edge export`"),
     }  # fmt: skip
     for case, (models, env, backend, doctor_says) in cases.items():
         out = tmp_path / case.replace(" ", "-")

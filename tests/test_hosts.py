@@ -16,12 +16,15 @@ macOS 12). Results are kept per wheel SHA-256 in da3-edge's cache.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import struct
 import subprocess
+import time
 import tomllib
+import urllib.error
 import urllib.request
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -115,12 +118,24 @@ MH_MAGIC_64, FAT_MAGIC = 0xFEEDFACF, 0xCAFEBABE
 CPU_ARM64 = 0x0100000C
 
 
-def _range(url: str, start: int, end: int | None = None) -> bytes:
+def _range(url: str, start: int, end: int | None = None, patience: float = 180.0) -> bytes:
+    """Bytes [start, end) of ``url`` (``start`` < 0: the last -start). A shared CI
+    network drops a lookup or a connection now and then: those, and the server's 5xx
+    and 429, are retried with backoff for up to ``patience`` seconds."""
     spec = f"bytes={start}-{'' if end is None else end - 1}" if start >= 0 else f"bytes={start}"
-    req = urllib.request.Request(url, headers={"Range": spec})
-    with urllib.request.urlopen(req, timeout=60) as response:
-        assert response.status == 206, f"{url}: no range support ({response.status})"
-        return bytes(response.read())
+    deadline, delay = time.monotonic() + patience, 1.0
+    while True:
+        req = urllib.request.Request(url, headers={"Range": spec})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as response:
+                assert response.status == 206, f"{url}: no range support ({response.status})"
+                return bytes(response.read())
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            refused = isinstance(exc, urllib.error.HTTPError) and exc.code < 500 and exc.code != 429
+            if refused or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 20.0)
 
 
 def _members(url: str, size: int) -> list[tuple[str, int, int, int]]:

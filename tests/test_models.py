@@ -207,13 +207,13 @@ def test_missing_artifact_is_reported(small_models: Path, tmp_path: Path) -> Non
 def test_stage_programs_are_listed_and_verified(small_models: Path) -> None:
     manifest = Manifest.load(small_models)
     kinds = sorted(a.kind for a in manifest.stage_programs())
-    assert kinds == ["post", "pre"]
-    for kind in ("pre", "post"):
+    assert kinds == ["post", "pre", "pre1"]
+    for kind in ("pre", "pre1", "post"):
         artifact = manifest.find_stage(kind, (140, 182))
         assert artifact.file == f"da3-small_{kind}_140x182.pte"
         assert manifest.verify(artifact).stat().st_size == artifact.bytes
         assert artifact.provenance["verify"]["max_abs"] < 1e-3
-    with pytest.raises(ModelNotFound, match="no ExecuTorch pre-processing program for 378x504"):
+    with pytest.raises(ModelNotFound, match="no ExecuTorch pre program for 378x504"):
         manifest.find_stage("pre", (378, 504))
 
 

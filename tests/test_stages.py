@@ -168,7 +168,7 @@ def test_executorch_postprocess_matches_numpy(
 @pytest.mark.parametrize(
     ("size", "core"),
     [
-        ((1200, 1600), None),
+        ((1200, 1600), None),  # DA3's first step lands on 378x504: one step (pre1)
         ((1080, 1920), None),  # DA3's second step shrinks 284 -> 280 rows
         ((30, 40), None),  # both steps enlarge
         ((2048, 30), None),  # 504 x 7 after step 1: step 2 doubles a side
@@ -180,26 +180,39 @@ def test_executorch_postprocess_matches_numpy(
 def test_pre_strips_cover_every_row_within_the_programs_bounds(
     size: tuple[int, int], core: tuple[int, int] | None
 ) -> None:
-    """The pre program runs strip by strip: the strips tile the output rows, each reads
+    """The pre programs run strip by strip: the strips tile the output rows, each reads
     only the step-1 rows it was given, and every run fits the program's exported bounds
-    (a run over them would be refused by the runtime, or plan memory it does not have)."""
+    (a run over them would be refused by the runtime, or plan memory it does not have).
+    A plan is one step (the pre1 program) exactly where DA3's second step is the identity."""
     from edge.stages import bands
-    from edge.stages.executorch import BOUNDS, pre_input
+    from edge.stages.executorch import BOUNDS, SIGNATURES, pre_input
 
     core = core or da3_shape(*size)
     image, plan = pre_input(np.zeros((*size, 3), dtype=np.uint8), core)
     taps = plan.taps()
     print(
-        f"{size} -> {core}: {len(plan.strips)} strips, step-1 bands <= {plan.bands1()}, taps {taps}"
+        f"{size} -> {core}: {plan.program}, {len(plan.strips)} strips, "
+        f"step-1 bands <= {plan.bands1()}, taps {taps}"
     )
+    (rows1, cols1), (_, cols2) = plan.steps
+    assert plan.one_step == ((rows1.size, cols1.size) == core)
     assert [s.start for s in plan.strips] == [0] + [s.stop for s in plan.strips[:-1]]
     assert plan.strips[-1].stop == core[0]
+    buffer = np.empty(max(s.rows.size for s in plan.strips) * image.shape[1] * 3, np.float32)
     for strip in plan.strips:
-        b1, b2 = strip.rw1.shape[0], strip.ri2.shape[0]
+        b1 = strip.rw1.shape[0]
         assert strip.rows.size == b1 * taps[0] and strip.rows.max() < image.shape[0]
+        assert b1 <= BOUNDS["bands1"]
+        inputs = plan.inputs(image, strip, buffer)
+        assert len(inputs) == len(SIGNATURES[plan.program])
+        if plan.one_step:
+            assert strip.ri2 is None and strip.rw2 is None
+            assert strip.stop - strip.start <= b1 * bands.PRE_ROWS
+            continue
+        assert strip.ri2 is not None and strip.rw2 is not None
+        b2 = strip.ri2.shape[0]
         assert strip.ri2.min() >= 0 and strip.ri2.max() < b1 * bands.PRE_ROWS
         assert strip.rw2.shape[0] == 3 * b2 and strip.stop - strip.start <= b2 * bands.PRE_ROWS
-        assert b1 <= BOUNDS["bands1"] and b2 <= BOUNDS["bands2"]
-    (_, cols1), (_, cols2) = plan.steps
-    assert max(taps[:2]) <= BOUNDS["taps1"] and max(taps[2:]) <= BOUNDS["taps2"]
+        assert b2 <= BOUNDS["bands2"]
+    assert max(taps[:2]) <= BOUNDS["taps1"] and max(taps[2:], default=1) <= BOUNDS["taps2"]
     assert max(c.weights.shape[0] for c in (cols1, cols2)) <= BOUNDS["columns"]

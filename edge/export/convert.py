@@ -221,13 +221,14 @@ def _export_stages(
     prefix: str,
     say: Progress,
 ) -> list[Artifact]:
-    """The pre and post programs for ``shape``, each checked at it. A program is the
+    """The stage programs (``STAGE_KINDS``) for ``shape``, each checked at it. A program is the
     same for every shape (its resize comes as inputs, its sizes are dynamic): it is
     built once per export, into ``programs``, and written for each shape."""
     from edge.export import stages
 
     made = []
-    for kind, build in (("pre", stages.pre_program), ("post", stages.post_program)):
+    builds = {"pre": stages.pre_program, "pre1": stages.pre1_program, "post": stages.post_program}
+    for kind, build in builds.items():
         t0 = time.monotonic()
         if kind not in programs:
             programs[kind] = build(shape)

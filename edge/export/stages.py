@@ -13,6 +13,10 @@ inputs):
   numpy), and per axis and step the band weights and the indices the program gathers
   (``edge.stages.bands``). The products, roundings, transposes and the normalisation
   delegate to XNNPACK; the gathers run on the portable kernels.
+- ``da3-small_pre1_<h>x<w>.pte``: the same, for a plan whose second step is the
+  identity (``bands.Plan.one_step``: a 4:3 photo at 504, a core that is not the image's
+  DA3 shape): step 1, its rounding and the normalisation, nothing after. It takes step
+  1's four inputs; the identity it skips cost ~1 ms of ~9 a 1200x1600 frame.
 - ``da3-small_post_<h>x<w>.pte``: the numpy stages' postprocess (Pillow's bilinear)
   as banded products, columns on the small map first, then rows, both maps in one pass
   (``bands.post_inputs``): -> depth over confidence in the output's layout. Delegated
@@ -95,6 +99,26 @@ class Pre(torch.nn.Module):
         return z * self.scale - self.shift
 
 
+class Pre1(Pre):
+    """``Pre`` where DA3's second step is the identity: step 1 only."""
+
+    def forward(  # type: ignore[override]
+        self,
+        rows1: torch.Tensor,  # (B1, K1, W*3)
+        rw1: torch.Tensor,  # (B1, PRE_ROWS, K1)
+        ci1: torch.Tensor,  # (C1, L1)
+        cw1: torch.Tensor,  # (C1, PRE_ROWS, L1)
+    ) -> torch.Tensor:
+        width3 = rows1.shape[2]
+        y = torch.bmm(rw1, rows1)
+        h1 = y.shape[0] * y.shape[1]
+        y = y.reshape(h1, width3).permute(1, 0).reshape(width3 // 3, 3 * h1)  # (W, 3, h1)
+        z = torch.bmm(cw1, _gather(y, ci1))  # (C1, PRE_ROWS, 3*h1)
+        w1 = z.shape[0] * z.shape[1]
+        z = _uint8(z).reshape(w1, 3 * h1).permute(1, 0).reshape(3, h1, w1)
+        return z * self.scale - self.shift
+
+
 class Post(torch.nn.Module):
     def forward(
         self,
@@ -124,37 +148,53 @@ def _lower(module: torch.nn.Module, args: tuple[torch.Tensor, ...], dynamic: obj
     return bytes(lowered.to_executorch(config).buffer)
 
 
-def _pre_args(rgb: np.ndarray, core: tuple[int, int]) -> tuple[torch.Tensor, ...]:
-    """The first strip's inputs: a sample for the export."""
-    plan = bands.plan((rgb.shape[0], rgb.shape[1]), core)
-    buffer = np.empty(plan.strips[0].rows.size * rgb.shape[1] * 3, dtype=np.float32)
+def _pre_args(size: tuple[int, int], core: tuple[int, int], kind: str) -> tuple[torch.Tensor, ...]:
+    """The first strip's inputs at ``size`` -> ``core`` (a plan for ``kind``): a sample
+    for the export."""
+    plan = bands.plan(size, core)
+    if plan.program != kind:
+        raise AssertionError(f"{size} -> {core} is a {plan.program} plan, not {kind}")
+    rgb = np.zeros((*size, 3), dtype=np.uint8)
+    buffer = np.empty(plan.strips[0].rows.size * size[1] * 3, dtype=np.float32)
     return tuple(torch.from_numpy(a) for a in plan.inputs(rgb, plan.strips[0], buffer))
 
 
-def pre_program(shape: tuple[int, int]) -> bytes:
+def _pre_dims(step: int) -> tuple[dict[int, object], ...]:
+    """The dynamic sizes of one step's four inputs (step 1's start with the image rows)."""
     from torch.export import Dim
 
-    b1 = Dim("B1", min=1, max=BOUNDS["bands1"])
-    k1 = Dim("K1", min=1, max=BOUNDS["taps1"])
-    width = Dim("W", min=1, max=MAX_SIDE)
-    c1 = Dim("C1", min=1, max=BOUNDS["columns"])
-    l1 = Dim("L1", min=1, max=BOUNDS["taps1"])
-    b2 = Dim("B2", min=1, max=BOUNDS["bands2"])
-    k2 = Dim("K2", min=1, max=BOUNDS["taps2"])
-    c2 = Dim("C2", min=1, max=BOUNDS["columns"])
-    l2 = Dim("L2", min=1, max=BOUNDS["taps2"])
-    dynamic = (
-        {0: b1, 1: k1, 2: 3 * width},
-        {0: b1, 2: k1},
-        {0: c1, 1: l1},
-        {0: c1, 2: l1},
-        {0: b2, 1: k2},
-        {0: 3 * b2, 2: k2},
-        {0: c2, 1: l2},
-        {0: c2, 2: l2},
-    )
-    sample = np.zeros((2 * shape[0] + 3, 2 * shape[1] + 5, 3), dtype=np.uint8)
-    return _lower(Pre(), _pre_args(sample, shape), dynamic)
+    n, taps = step, BOUNDS[f"taps{step}"]
+    b = Dim(f"B{n}", min=1, max=BOUNDS[f"bands{n}"])
+    k = Dim(f"K{n}", min=1, max=taps)
+    c = Dim(f"C{n}", min=1, max=BOUNDS["columns"])
+    taps_c = Dim(f"L{n}", min=1, max=taps)
+    if step == 1:
+        rows: tuple[dict[int, object], ...] = (
+            {0: b, 1: k, 2: 3 * Dim("W", min=1, max=MAX_SIDE)},
+            {0: b, 2: k},
+        )
+    else:
+        rows = ({0: b, 1: k}, {0: 3 * b, 2: k})
+    return (*rows, {0: c, 1: taps_c}, {0: c, 2: taps_c})
+
+
+def _two_steps(shape: tuple[int, int]) -> tuple[int, int]:
+    """An image DA3 takes to ``shape`` in two steps: three times the core with its short
+    side 15 longer, so the first step lands 5 rows (or columns) off the core."""
+    h, w = shape
+    return (3 * (h + 5), 3 * w) if w >= h else (3 * h, 3 * (w + 5))
+
+
+def pre_program(shape: tuple[int, int]) -> bytes:
+    """Both steps."""
+    dims = (*_pre_dims(1), *_pre_dims(2))
+    return _lower(Pre(), _pre_args(_two_steps(shape), shape, "pre"), dims)
+
+
+def pre1_program(shape: tuple[int, int]) -> bytes:
+    """Step 1 only; its sample three times the core, which DA3 shrinks to it in one."""
+    size = (3 * shape[0], 3 * shape[1])
+    return _lower(Pre1(), _pre_args(size, shape, "pre1"), _pre_dims(1))
 
 
 def post_program(shape: tuple[int, int]) -> bytes:
@@ -190,11 +230,12 @@ def check(path: Path, kind: str, shape: tuple[int, int]) -> float:
     """Run a written program with the ExecuTorch runtime against its reference on
     odd-sized inputs; return the error (the export refuses it over 1e-3).
 
-    pre: against the numpy stages (DA3's resize in numpy), on a shrink, an enlargement
-    and a core shape that is not the image's DA3 shape: the mean |d|, or infinity if any
-    value is off by more than one uint8 level (float32 sums in another order may round
-    a value to the neighbouring level, never further). post: max |d| of its depth
-    against the numpy stages' (Pillow's bilinear), enlarging and slightly shrinking."""
+    pre, pre1: against the numpy stages (DA3's resize in numpy), on the shrinks,
+    enlargements and cores that are not the image's DA3 shape below that are plans for
+    it (at least two each): the mean |d|, or infinity if any value is off by more than
+    one uint8 level (float32 sums in another order may round a value to the
+    neighbouring level, never further). post: max |d| of its depth against the numpy
+    stages' (Pillow's bilinear), enlarging and slightly shrinking."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
     from edge.models import da3_shape
@@ -203,22 +244,34 @@ def check(path: Path, kind: str, shape: tuple[int, int]) -> float:
     program = _load_for_executorch(str(path))
     worst = 0.0
     with torch.no_grad():
-        if kind == "pre":
+        if kind in ("pre", "pre1"):
             rng = np.random.default_rng(0)
+            checked = 0
+            h, w = shape
+            two, one = _two_steps(shape), (3 * h, 3 * w)
             for size, core in (
-                ((3 * shape[0] + 5, 3 * shape[1] + 1), None),
-                ((shape[0] // 3 + 3, shape[1] // 3 - 7), None),
-                ((shape[0] + 31, shape[1] - 17), shape),
+                (two, None),  # DA3 shrinks it in two steps
+                ((two[0] // 2, two[1] // 2), None),  # ... enlarges it in two
+                (one, None),  # ... shrinks it to the core in one
+                ((h // 2, w // 2), None),  # ... enlarges it in one
+                ((3 * h + 5, 3 * w + 1), None),
+                ((h // 3 + 3, w // 3 - 7), None),
+                ((h + 31, w - 17), shape),  # not its DA3 shape: one step to it
             ):
-                rgb = (rng.random((*size, 3)) * 255).astype(np.uint8)
-                core = core or da3_shape(*size)
+                core = core or da3_shape(*size, max(shape))
                 plan = bands.plan(size, core)
+                if plan.program != kind:
+                    continue
+                rgb = (rng.random((*size, 3)) * 255).astype(np.uint8)
                 out = plan.run(
                     rgb, lambda ins: program.forward([torch.from_numpy(a) for a in ins])[0].numpy()
                 )
                 diff = np.abs(out - NumpyStages().preprocess(rgb, core))
                 bad = float(diff.max()) > LEVEL + 1e-4
                 worst = max(worst, float("inf") if bad else float(diff.mean()))
+                checked += 1
+            if checked < 2:
+                raise AssertionError(f"{kind} at {shape}: {checked} check(s) ran, not 2")
         else:
             for size in ((401, 599), (shape[0] + 1, shape[1] * 2), (shape[0] - 5, shape[1])):
                 args = _post_args(shape, size)

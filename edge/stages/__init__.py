@@ -68,9 +68,9 @@ def load(name: str | None = None, **options: object) -> Stages:
 
 
 def choose(**options: object) -> Stages:
-    """``auto``: the ExecuTorch stages if the runner loads and the model folder's pre and
-    post programs open and are this version's, else numpy; why, in the backend's ``reason``
-    (the daemon logs it once it has started)."""
+    """``auto``: the ExecuTorch stages if the runner loads and the model folder's stage
+    programs (``models.STAGE_KINDS``) are there, open and are this version's, else numpy;
+    why, in the backend's ``reason`` (the daemon logs it once it has started)."""
     manifest = cast("Manifest | None", options.get("manifest"))
     backend: Stages
     if manifest is None:

@@ -24,7 +24,10 @@ the core's, 504 at DA3's own size, with rounded sides, then to the multiples of 
 through uint8), each as four arrays (a step that changes nothing is an identity band),
 and cuts the output into strips of ``STRIP`` row bands: the program runs once per strip,
 on the image rows that strip needs, so a run's intermediates (~3 MB at 1200x1600) stay in
-the caches where the whole image's (~27 MB) did not.
+the caches where the whole image's (~27 MB) did not. Where the first step already lands
+on the core (a 4:3 photo at 504: 1200x1600 -> 378x504; a core that is not the image's
+DA3 shape) the second is the identity: such a plan is ``one_step`` and runs on the pre1
+program, which takes step 1's inputs only.
 """
 
 from __future__ import annotations
@@ -118,41 +121,57 @@ class Strip:
 
     rows: np.ndarray  # (B1 * K1,) the image rows step 1's bands of this strip take
     rw1: np.ndarray  # (B1, PRE_ROWS, K1)
-    ri2: np.ndarray  # (B2, K2) step 2's row indices, into this strip's step-1 rows
-    rw2: np.ndarray  # (3 * B2, PRE_ROWS, K2): the program's row product runs per channel
     start: int  # the output rows [start, stop), the first stop - start rows of its run
     stop: int
+    # Step 2's (None in a one-step plan): its row indices into this strip's step-1 rows,
+    # (B2, K2), and their weights, (3 * B2, PRE_ROWS, K2): the row product runs per channel.
+    ri2: np.ndarray | None = None
+    rw2: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """DA3's two steps from one image size to one core shape, and the strips they run in."""
+    """DA3's two steps from one image size to one core shape, and the strips they run in
+    (step 1's alone where step 2 is the identity: ``one_step``)."""
 
     steps: Steps
     strips: tuple[Strip, ...]
+    one_step: bool = False
+
+    @property
+    def program(self) -> str:
+        """The pre program this plan's inputs are for: "pre1" (one step) or "pre"."""
+        return "pre1" if self.one_step else "pre"
 
     def taps(self) -> list[int]:
-        """K (input rows per band) of each axis, in the program's input order."""
-        return [axis.weights.shape[2] for pair in self.steps for axis in pair]
+        """K (input rows per band) of each axis the program takes, in its input order."""
+        steps = self.steps[:1] if self.one_step else self.steps
+        return [axis.weights.shape[2] for pair in steps for axis in pair]
 
     def bands1(self) -> int:
         """The most step-1 row bands a strip takes."""
         return int(max(strip.rw1.shape[0] for strip in self.strips))
 
     def inputs(self, rgb: np.ndarray, strip: Strip, buffer: np.ndarray) -> list[np.ndarray]:
-        """One run's eight inputs: the image's rows for the strip's step-1 bands, gathered
-        and cast to float32 into ``buffer`` (one pass; gathers and casts are not delegated),
-        then the weights and the other gathers' indices (band x taps)."""
+        """One run's inputs: the image's rows for the strip's step-1 bands, gathered and
+        cast to float32 into ``buffer`` (one pass; gathers and casts are not delegated),
+        then the weights and the other gathers' indices (band x taps): four for step 1,
+        and four for step 2 unless the plan is ``one_step``."""
         (_, cols1), (_, cols2) = self.steps
         b1, _, k1 = strip.rw1.shape
         flat = rgb.reshape(rgb.shape[0], -1)
         gathered = buffer[: strip.rows.size * flat.shape[1]].reshape(b1, k1, flat.shape[1])
         np.copyto(gathered.reshape(-1, flat.shape[1]), flat[strip.rows], casting="unsafe")
-        return [
+        step1 = [
             gathered,
             strip.rw1,
             cols1.index.reshape(cols1.weights.shape[0], -1),
             cols1.weights,
+        ]
+        if strip.ri2 is None or strip.rw2 is None:
+            return step1
+        return [
+            *step1,
             strip.ri2,
             strip.rw2,
             cols2.index.reshape(cols2.weights.shape[0], -1),
@@ -173,10 +192,22 @@ class Plan:
         return out
 
 
-def _strips(steps: Steps) -> tuple[Strip, ...]:
+def _strips(steps: Steps, one_step: bool) -> tuple[Strip, ...]:
     """Cut step 2's row bands into strips of ``STRIP``; each takes the step-1 row bands
-    its rows read (neighbouring strips share a band or two: computed in each)."""
+    its rows read (neighbouring strips share a band or two: computed in each). One step:
+    step 1's row bands, ``STRIP`` to a strip."""
     (rows1, _), (rows2, _) = steps
+    if one_step:
+        idx = rows1.index.reshape(rows1.weights.shape[0], -1)
+        return tuple(
+            Strip(
+                rows=idx[s0 : s0 + STRIP].ravel(),
+                rw1=rows1.weights[s0 : s0 + STRIP],
+                start=s0 * PRE_ROWS,
+                stop=min(rows1.size, (s0 + STRIP) * PRE_ROWS),
+            )
+            for s0 in range(0, idx.shape[0], STRIP)
+        )
     idx1 = rows1.index.reshape(rows1.weights.shape[0], -1)
     idx2 = rows2.index.reshape(rows2.weights.shape[0], -1)
     strips = []
@@ -187,10 +218,10 @@ def _strips(steps: Steps) -> tuple[Strip, ...]:
             Strip(
                 rows=idx1[lo:hi].ravel(),
                 rw1=rows1.weights[lo:hi],
-                ri2=np.ascontiguousarray(idx2[s0:s1] - lo * PRE_ROWS),
-                rw2=np.concatenate([rows2.weights[s0:s1]] * 3),
                 start=s0 * PRE_ROWS,
                 stop=min(rows2.size, s1 * PRE_ROWS),
+                ri2=np.ascontiguousarray(idx2[s0:s1] - lo * PRE_ROWS),
+                rw2=np.concatenate([rows2.weights[s0:s1]] * 3),
             )
         )
     return tuple(strips)
@@ -201,16 +232,13 @@ def plan(
     src: tuple[int, int], core: tuple[int, int], original: tuple[int, int] | None = None
 ) -> Plan:
     """DA3's two steps from ``src`` to ``core`` (``resample.da3_resize``); for a core shape
-    that is not DA3's for this image, the one step ``resample.resize`` takes, then an
-    identity (the program always takes two). ``original``: the image's size before a
-    pre-shrink to ``src`` (DA3's rule and its first step follow the original)."""
-    size = original or src
-    if da3_shape(*size, max(core)) != core:
-        steps = (step(src, core), step(core, core))
-    else:
-        first = first_size(size, core)
-        steps = (step(src, first), step(first, core))
-    return Plan(steps, _strips(steps))
+    that is not DA3's for this image, the one step ``resample.resize`` takes. A second
+    step that changes nothing is an identity, and the plan ``one_step``. ``original``:
+    the image's size before a pre-shrink to ``src`` (DA3's rule and its first step follow
+    the original)."""
+    first = first_size(original or src, core)
+    steps = (step(src, first), step(first, core))
+    return Plan(steps, _strips(steps, first == core), one_step=first == core)
 
 
 def _bilinear_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ import numpy as np
 
 from edge import etrunner
 from edge.errors import EdgeError, ModelCorrupt
-from edge.models import Artifact, Manifest
+from edge.models import STAGE_KINDS, Artifact, Manifest
 from edge.stages import bands, resample
 
 MAX_SIDE = 2048
@@ -44,17 +44,20 @@ POST_BOUNDS = {"bands": MAX_SIDE // bands.POST_ROWS, "taps": 20}
 _F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 # What each program's forward takes (dtype, rank per input): a model folder exported for
 # another layout of the stages is refused with the way out, not run into garbage.
+_STEP = ((_F32, 3), (_I64, 2), (_F32, 3))  # a step's weights, column indices, column weights
 SIGNATURES = {
-    "pre": ((_F32, 3), (_F32, 3), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3)),
+    "pre": ((_F32, 3), *_STEP, (_I64, 2), *_STEP),
+    "pre1": ((_F32, 3), *_STEP),
     "post": ((_F32, 2), (_I64, 2), (_F32, 3), (_I64, 2), (_F32, 3)),
 }
+assert tuple(SIGNATURES) == STAGE_KINDS
 
 
 def _fits(plan: bands.Plan) -> bool:
     t = plan.taps()
     return (
         max(t[:2]) <= BOUNDS["taps1"]
-        and max(t[2:]) <= BOUNDS["taps2"]
+        and max(t[2:], default=1) <= BOUNDS["taps2"]
         and plan.bands1() <= BOUNDS["bands1"]
     )
 
@@ -80,8 +83,9 @@ def pre_input(rgb: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, band
 def _rows_match(program: etrunner.Program, kind: str) -> bool:
     """The program's bands are as high as ours (fixed at export: its first weights'
     second dimension)."""
-    weights = program.inputs[1 if kind == "pre" else 2]
-    return weights.shape[1] == (bands.PRE_ROWS if kind == "pre" else bands.POST_ROWS)
+    pre = kind != "post"
+    weights = program.inputs[1 if pre else 2]
+    return weights.shape[1] == (bands.PRE_ROWS if pre else bands.POST_ROWS)
 
 
 class ExecuTorchStages:
@@ -94,7 +98,7 @@ class ExecuTorchStages:
         self._programs: dict[str, etrunner.Program] = {}
 
     def program(self, kind: str, shape: tuple[int, int]) -> etrunner.Program:
-        """The open ``kind`` program ("pre" or "post"), opened and checked on first use."""
+        """The open ``kind`` program (``STAGE_KINDS``), opened and checked on first use."""
         # Each program is the same for every core shape (the resize comes as inputs):
         # any of the directory's serves a shape exported without one.
         if kind not in self._programs:
@@ -119,7 +123,7 @@ class ExecuTorchStages:
 
     def preprocess(self, rgb: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         image, plan = pre_input(rgb, shape)
-        program = self.program("pre", shape)
+        program = self.program(plan.program, shape)
         x = plan.run(image, lambda inputs: program.run(inputs, copy=False)[0])
         program.release()  # see postprocess
         return x
@@ -171,7 +175,7 @@ def open_checked(
     backend = open_stages(manifest, threads)
     try:
         shape = backend.manifest.stage_programs()[0].shape
-        for kind in ("pre", "post"):
+        for kind in STAGE_KINDS:
             backend.program(kind, shape)
     except BaseException:
         backend.close()

@@ -26,9 +26,11 @@ Depth is compared as written in photo.npz (float32, at the photo's size).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -53,25 +55,33 @@ STAGES_MAX_ABS = 1e-4  # ExecuTorch stage outputs, x86_64 vs cortex-a76 (normali
 STAGE_SHAPE = (140, 182)  # the small test model's
 
 
+def _first(program: Any, inputs: list[np.ndarray]) -> np.ndarray:
+    out: np.ndarray = program.run(inputs)[0]
+    return out
+
+
 def run_stages(models: Path, out: Path) -> None:
-    """The pre and post programs on seeded inputs through da3-edge's runner."""
+    """The stage programs on seeded inputs through da3-edge's runner: two steps at 280x364
+    and 97x131, one (pre1) at 252x336."""
     from edge import etrunner
-    from edge.models import Manifest, da3_shape
+    from edge.models import STAGE_KINDS, Manifest, da3_shape
     from edge.stages import bands
 
     manifest = Manifest.load(models)
     runtime = etrunner.Runtime.get(threads=2)
-    pre = etrunner.Program(manifest.verify(manifest.find_stage("pre", STAGE_SHAPE)), runtime)
-    post = etrunner.Program(manifest.verify(manifest.find_stage("post", STAGE_SHAPE)), runtime)
+    programs = {
+        kind: etrunner.Program(manifest.verify(manifest.find_stage(kind, STAGE_SHAPE)), runtime)
+        for kind in STAGE_KINDS
+    }
     rng = np.random.default_rng(7)
     results = {}
-    for h, w in ((280, 364), (97, 131)):
+    for h, w in ((280, 364), (97, 131), (252, 336)):
         rgb = (rng.random((h, w, 3)) * 255).astype(np.uint8)
         plan = bands.plan((h, w), da3_shape(h, w))
-        results[f"pre_{h}x{w}"] = plan.run(rgb, lambda inputs: pre.run(inputs)[0])
+        results[f"pre_{h}x{w}"] = plan.run(rgb, functools.partial(_first, programs[plan.program]))
     depth, conf = (rng.random(STAGE_SHAPE, dtype=np.float32) + 0.5 for _ in range(2))
     axes = bands.post_plan(STAGE_SHAPE, (280, 364))
-    results["post_280x364"] = post.run(bands.post_inputs(depth, conf, axes))[0]
+    results["post_280x364"] = programs["post"].run(bands.post_inputs(depth, conf, axes))[0]
     np.savez(out, **results)  # type: ignore[arg-type]
 
 
@@ -203,7 +213,7 @@ def check_stages(report: Report, out: Path) -> None:
         diffs = {k: float(np.abs(a[k] - b[k]).max()) for k in a.files}
     report.record(
         f"executorch stages: cortex-a76 vs x86_64, max |d| <= {STAGES_MAX_ABS}",
-        set(diffs) == {"pre_280x364", "pre_97x131", "post_280x364"}
+        set(diffs) == {"pre_280x364", "pre_97x131", "pre_252x336", "post_280x364"}
         and max(diffs.values()) <= STAGES_MAX_ABS,
         **{f"max_abs {k}": v for k, v in diffs.items()},
     )

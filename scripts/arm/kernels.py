@@ -142,8 +142,8 @@ def measure_stages(manifest: Any, measure: Any, rng: Any) -> None:
     runtime = etrunner.Runtime.get(threads=1)
     h, w = 2 * shape[0], 2 * shape[1]  # a frame twice the model's size, which it shrinks to
     rgb = (rng.random((h, w, 3)) * 255).astype(np.uint8)
-    pre = etrunner.Program(manifest.verify(manifest.find_stage("pre", shape)), runtime)
     plan = bands.plan((h, w), da3_shape(h, w))
+    pre = etrunner.Program(manifest.verify(manifest.find_stage(plan.program, shape)), runtime)
     measure(
         "stages-pre",
         lambda: plan.run(rgb, lambda inputs: pre.run(inputs, copy=False)[0]),
