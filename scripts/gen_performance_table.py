@@ -222,7 +222,8 @@ def render_sizes(data: Data) -> str:
         + ("; random-init weights (the cost of a size, not its accuracy)." if data["random_init"]
            else ".")
     )  # fmt: skip
-    stages = sorted({s for r in data["sizes"] for s in r.get("daemon", {}).get("stages", [])})
+    daemons = [r["daemon"] for r in data["sizes"] if "daemon" in r]
+    stages = sorted({run["stages"] for d in daemons for run in d["rounds"]})
     if stages:
         head += (
             f" Daemon: `da3-edge run`, default config (fp16, {' / '.join(stages)} stages), "
@@ -238,7 +239,7 @@ def render_sizes(data: Data) -> str:
         core = [f"{r['core_ms'][p]:.0f} ms ({r['core_ratio'][p]:.2f})" for p in ("fp16", "int8")]
         still = [f"{r['still_s'][p]:.2f} s ({r['still_ratio'][p]:.2f})" for p in ("fp16", "int8")]
         d = r.get("daemon")
-        daemon = f"{d['fps']:.2f} frames/s ({d['ratio']:.2f})" if d else "not run"
+        daemon = f"{d['fps']:.2f} frames/s ({d['ratio_to_core_rate']:.2f})" if d else "not run"
         rows.append(
             f"| {r['size']} | {r['shape'][0]}x{r['shape'][1]} | {r['tokens']} | "
             f"{r['gflop']:.1f} | {' | '.join(core)} | {' | '.join(still)} | {daemon} |"

@@ -89,17 +89,14 @@ def daemon(
 ) -> dict[str, Any]:
     """`da3-edge run` with the default config at ``model.size = size`` on replayed
     1200x1600 JPEGs, delivered at twice the core's rate (10 fps at least) so the camera
-    never sets the pace: sustained frames/s and their ratio to 1 / ``core_ms``."""
-    from scripts.compare_pytorch.measure import daemon_fps
+    never sets the pace: compare_pytorch's daemon round against the fp16 ``core_ms``."""
+    from scripts.compare_pytorch.measure import daemon_round
 
     replay_fps = max(10.0, float(round(2000.0 / core_ms)))
-    d = daemon_fps(
-        ns.runtime_python, models, ns.threads, work, ns.daemon_frames, 3, replay_fps, 1, size
-    )
-    if d["precision"] != "fp16":
-        raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
-    return {"fps": d["fps"], "ratio": d["fps"] * core_ms / 1000, "replay_fps": replay_fps,
-            "stages": d["stages"], "latency_p50_ms": d["latency_p50_ms"]}  # fmt: skip
+    return daemon_round(
+        ns.runtime_python, models, ns.threads, work, ns.daemon_frames, replay_fps, 1, size,
+        core_ms / 1000,
+    )  # fmt: skip
 
 
 def one_round(
@@ -131,14 +128,17 @@ def one_round(
             run = Path(tempfile.mkdtemp(prefix=f"daemon-{size}-", dir=work))
             d = daemon(ns, models, run, size, out[f"{size}/fp16"]["core_ms"])
             out[f"{size}/daemon"] = d
-            print(f"  {size} daemon: {d['fps']:.2f} frames/s = {d['ratio']:.2f} x (1 / core)",
+            ratio = d["ratio_to_core_rate"]
+            print(f"  {size} daemon: {d['fps']:.2f} frames/s = {ratio:.2f} x (1 / core)",
                   file=sys.stderr, flush=True)  # fmt: skip
     return out
 
 
 def summarise(ns: argparse.Namespace, rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per size: medians over the rounds, and their ratios to the first size's."""
+    """Per size: medians over the rounds, and their ratios to the first size's; for the
+    daemon, its median round (by frames/s x the core's time), as compare_pytorch's."""
     from edge.models import da3_shape
+    from scripts.compare_pytorch.measure import median_round
 
     def median(size: int, precision: str, key: str) -> float:
         return float(statistics.median(r[f"{size}/{precision}"][key] for r in rounds))
@@ -155,13 +155,7 @@ def summarise(ns: argparse.Namespace, rounds: list[dict[str, Any]]) -> list[dict
             row[ratio] = {p: median(size, p, key) / median(base, p, key) for p in PRECISIONS}
         daemons = [r[f"{size}/daemon"] for r in rounds if f"{size}/daemon" in r]
         if daemons:
-            ratios = [d["ratio"] for d in daemons]
-            row["daemon"] = {
-                "fps": float(statistics.median(d["fps"] for d in daemons)),
-                "ratio": float(statistics.median(ratios)),
-                "ratio_range": [min(ratios), max(ratios)],
-                "stages": sorted({d["stages"] for d in daemons}),
-            }
+            row["daemon"] = median_round(daemons)
         rows.append(row)
     return rows
 

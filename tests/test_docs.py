@@ -41,7 +41,8 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
         return {"core_ms": core, "still_s": still, "still_peak_rss_mib": 300.0}
 
     def daemon(fps: float, core_ms: float) -> dict[str, object]:
-        return {"fps": fps, "ratio": fps * core_ms / 1000, "stages": "executorch"}
+        return {"fps": fps, "core_s": core_ms / 1000, "ratio_to_core_rate": fps * core_ms / 1000,
+                "stages": "executorch"}  # fmt: skip
 
     rounds = [
         {"504/fp16": point(c, 2.0), "504/int8": point(c, 2.0),
@@ -57,10 +58,11 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
     assert rows[0]["core_ms"]["fp16"] == 420.0 and rows[0]["core_ratio"]["fp16"] == 1.0
     assert rows[1]["core_ms"]["int8"] == 105.0 and rows[1]["core_ratio"]["int8"] == 0.25
     assert rows[1]["still_ratio"]["fp16"] == 0.5
-    # The daemon's ratio is each round's own (its core timed just before it), then the median.
-    assert rows[0]["daemon"]["fps"] == 2.3 and rows[0]["daemon"]["ratio"] == 2.4 * 0.4
+    # The daemon's ratio is each round's own (its core timed just before it); the row is
+    # the median round by that ratio (its frames/s with it), as compare_pytorch's.
+    assert rows[0]["daemon"]["fps"] == 2.4 and rows[0]["daemon"]["ratio_to_core_rate"] == 2.4 * 0.4
     assert rows[0]["daemon"]["ratio_range"] == [0.9, 2.3 * 0.42]
-    assert rows[1]["daemon"]["stages"] == ["executorch"]
+    assert len(rows[1]["daemon"]["rounds"]) == 3
     for row, flops in zip(rows, (75.3, 20.1), strict=True):
         row["gflop"] = flops
     machine = {"cpu": {"model": "cpu", "machine": "x86_64", "cores": 2}, "git_revision": "abc"}
@@ -69,7 +71,7 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
     table = gen_performance_table.render_sizes(data)
     assert (
         "| 280 | 210x280 | 300 | 20.1 | 105 ms (0.25) | 105 ms (0.25) | 1.00 s (0.50) | "
-        "1.00 s (0.50) | 6.90 frames/s (0.72) |" in table
+        "1.00 s (0.50) | 7.20 frames/s (0.72) |" in table
     ), table
     assert "(fp16, executorch stages), 30 frames" in table
     assert "random-init weights (the cost of a size, not its accuracy)" in table

@@ -168,14 +168,26 @@ def daemon_rounds(
         for workers in ns.daemon_workers:
             run = work / f"daemon{r}-{workers}"
             run.mkdir()
-            d = daemon_fps(
-                ns.runtime_python, ns.models, ns.threads, run, ns.daemon_frames, 3,
-                ns.daemon_fps, workers, ns.size,
+            d = daemon_round(
+                ns.runtime_python, ns.models, ns.threads, run, ns.daemon_frames,
+                ns.daemon_fps, workers, ns.size, core_s,
             )  # fmt: skip
-            if d["precision"] != "fp16":
-                raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
-            rounds[workers].append({**d, "core_s": core_s, "ratio_to_core_rate": d["fps"] * core_s})
+            rounds[workers].append(d)
     return {workers: median_round(runs) for workers, runs in rounds.items()}
+
+
+def daemon_round(
+    python: Path, models: Path, threads: int, work: Path, frames: int, fps: float,
+    workers: int, size: int, core_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """One round of the daemon target: ``daemon_fps`` (3 frames of warm-up) against
+    ``core_s``, the fp16 core's latency timed just before it; ``ratio_to_core_rate`` is
+    frames/s x ``core_s``. A daemon that ran another precision than its default fp16
+    is refused: the ratio would compare it with the wrong core."""
+    d = daemon_fps(python, models, threads, work, frames, 3, fps, workers, size)
+    if d["precision"] != "fp16":
+        raise SystemExit(f"the daemon ran {d['precision']}, not its default fp16")
+    return {**d, "core_s": core_s, "ratio_to_core_rate": d["fps"] * core_s}
 
 
 def median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
