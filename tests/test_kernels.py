@@ -105,6 +105,8 @@ def test_the_committed_measurement_passes_the_check() -> None:
     assert k.check(data) == 0
     assert data["fp16"]["fp16_arithmetic"] and not data["fp16-off"]["fp16_arithmetic"]
     assert data["int8"]["shape"] == [280, 504]
+    # docs/arm.md says the pre run is the one-step program: a frame twice 280x504's size.
+    assert data["stages-pre"]["program"] == "pre1" and data["stages-pre"]["input"] == [560, 1008]
 
 
 def test_the_committed_size_counts_are_fp16_forwards_at_each_size() -> None:

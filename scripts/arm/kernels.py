@@ -149,6 +149,7 @@ def measure_stages(manifest: Any, measure: Any, rng: Any) -> None:
         lambda: plan.run(rgb, lambda inputs: pre.run(inputs, copy=False)[0]),
         shape=list(shape),
         input=[h, w],
+        program=plan.program,
     )
     post = etrunner.Program(manifest.verify(manifest.find_stage("post", shape)), runtime)
     depth, conf = (rng.random(shape, dtype=np.float32) + 0.5 for _ in range(2))
