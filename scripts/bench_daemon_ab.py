@@ -62,6 +62,8 @@ def one_run(
     return {
         "fps": bench.steady_fps(records, args.warmup),
         "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
+        "core_p50_ms": statistics.median(r["timings_ms"]["core"] for r in steady),
+        "preprocess_p50_ms": statistics.median(r["timings_ms"]["preprocess"] for r in steady),
     }
 
 
