@@ -286,11 +286,11 @@ def tmpfs_dir() -> str | None:
 
 
 # -- helpers for the scripts that time the daemon and its companions ----------------
-def replay_photos(directory: Path, n: int = 4) -> Path:
-    """``n`` photo-like 1200x1600 JPEGs in ``directory``, for ``replay:``."""
+def replay_photos(directory: Path, n: int = 4, size: tuple[int, int] = (1200, 1600)) -> Path:
+    """``n`` photo-like JPEGs of ``size`` (H, W) in ``directory``, for ``replay:``."""
     directory.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        (directory / f"{i:02d}.jpg").write_bytes(synthetic_jpeg(seed=i))
+        (directory / f"{i:02d}.jpg").write_bytes(synthetic_jpeg(*size, seed=i))
     return directory
 
 

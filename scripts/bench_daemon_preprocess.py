@@ -50,14 +50,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def replays(work: Path) -> dict[str, Path]:
-    out = {}
-    for name, (h, w) in SIZES.items():
-        directory = work / f"replay-{name}"
-        directory.mkdir()
-        for i in range(4):
-            (directory / f"{i:02d}.jpg").write_bytes(bench.synthetic_jpeg(h, w, seed=i))
-        out[name] = directory
-    return out
+    return {
+        name: bench.replay_photos(work / f"replay-{name}", size=size)
+        for name, size in SIZES.items()
+    }
 
 
 def paired_rounds(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
