@@ -262,6 +262,9 @@ def test_first_boot_installs_and_writes_frames(boots: list[vm.Result]) -> None:
     bundle gone, units enabled and started, doctor ready, frames written, serve
     answering."""
     first = boots[0]
+    for n, result in enumerate(boots, 1):
+        print(f"boot {n}: {result.seconds:.0f} s from starting qemu to its exit")
+        print(text(result, "boot-time.txt"))
     log = text(first, "da3-edge-install.log")
     print(log[-4000:])
     print(text(first, "cloud-init.txt"))

@@ -112,6 +112,7 @@ class Result:
     out: str
     console: str
     job: Path  # the job directory, with whatever the job wrote there
+    seconds: float = 0.0  # the host's wall time from starting qemu to its exit
 
 
 def _key() -> str:
@@ -395,6 +396,7 @@ def run(
         (job / stale).unlink(missing_ok=True)
     cmd = qemu(job, memory_mib, shares, disk, drives, network=network, cloud_init=cloud_init)
     console = job / "console.txt"
+    started = time.monotonic()
     with console.open("wb") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         try:
@@ -415,6 +417,7 @@ def run(
         (job / "out.txt").read_text(errors="replace"),
         console.read_text(errors="replace"),
         job,
+        time.monotonic() - started,
     )
 
 

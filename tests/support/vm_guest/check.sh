@@ -57,6 +57,13 @@ PY
 cp /var/log/imager-runcmd.txt $out/ 2>/dev/null
 cp /var/log/da3-edge-install.log /var/log/cloud-init-output.log $out/ 2>/dev/null
 journalctl -u da3-edge -b --no-pager -o cat | tail -n 40 >$out/journal.txt
+# Where the boot's time went, by systemd's and cloud-init's own accounts (printed by the
+# test: the VM module is most of CI's time).
+{
+    systemd-analyze
+    systemd-analyze blame | head -n 12
+    cloud-init analyze blame | head -n 16
+} >$out/boot-time.txt 2>&1
 # What the install owns: content, owner, mode, link target (scripts/arm/installer-check.sh).
 cd /
 {
