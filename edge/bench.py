@@ -346,3 +346,28 @@ def steady_fps(records: list[dict[str, Any]], warmup: int) -> float:
     if len(steady) < 2:
         raise SystemExit(f"{len(records)} frames written; too few to measure")
     return float((len(steady) - 1) / (steady[-1]["t_written"] - steady[0]["t_written"]))
+
+
+def daemon_summary(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """What a daemon run's frame records say after the first ``warmup`` frames: the
+    sustained frames/s (``steady_fps``), the median latency, the median core and
+    preprocessing times inside the daemon, and what ran (from the last record)."""
+    fps = steady_fps(records, warmup)
+    steady = [r for r in records if r["store_seq"] >= warmup]
+    last = steady[-1]
+    return {
+        "frames": len(steady),
+        "fps": fps,
+        "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
+        # The core's own time inside the daemon (its worker's LiteRT call), to set beside
+        # the core timed alone: what sharing the cores with the daemon's threads costs.
+        "core_in_daemon_p50_ms": statistics.median(r["timings_ms"]["core"] for r in steady),
+        "preprocess_in_daemon_p50_ms": statistics.median(
+            r["timings_ms"]["preprocess"] for r in steady
+        ),
+        "dropped_stale": last["dropped_stale_total"],
+        "precision": last["precision"],
+        "stages": last["stages"],
+        "workers": last["workers"],
+        "threads_per_worker": last["threads"],
+    }

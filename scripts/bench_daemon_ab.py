@@ -51,20 +51,14 @@ def checkout(rev: str, into: Path) -> str:
 
 def one_run(
     code: Path, models: Path, replay: Path, work: Path, args: argparse.Namespace
-) -> dict[str, float]:
+) -> dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
     total = args.warmup + args.frames
     config = bench.counting_config(work / "daemon.toml", total)
     records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
                                   frames=total, code=code)  # fmt: skip
     shutil.rmtree(store, ignore_errors=True)
-    steady = [r for r in records if r["store_seq"] >= args.warmup]
-    return {
-        "fps": bench.steady_fps(records, args.warmup),
-        "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
-        "core_p50_ms": statistics.median(r["timings_ms"]["core"] for r in steady),
-        "preprocess_p50_ms": statistics.median(r["timings_ms"]["preprocess"] for r in steady),
-    }
+    return bench.daemon_summary(records, args.warmup)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,7 +85,7 @@ def paired_rounds(args: argparse.Namespace, old_code: Path, work: Path) -> list[
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         order = ("old", "new") if i % 2 == 0 else ("new", "old")
-        got: dict[str, dict[str, float]] = {}
+        got: dict[str, dict[str, Any]] = {}
         for which in order:
             code = old_code if which == "old" else ROOT
             got[which] = one_run(code, args.models, replay, work, args)

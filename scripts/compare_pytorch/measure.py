@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,20 +133,9 @@ def daemon_fps(
         )  # fmt: skip
     finally:
         shutil.rmtree(store.parent, ignore_errors=True)
-    steady = [r for r in records if r["store_seq"] >= warmup]
     return {
-        "frames": len(steady),
         "replay_fps": fps,
-        "fps": bench.steady_fps(records, warmup),
-        "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
-        # The core's own time inside the daemon (its worker's LiteRT call), beside the
-        # core timed alone: what sharing the cores with capture, stages and writing costs.
-        "core_in_daemon_p50_ms": statistics.median(r["timings_ms"]["core"] for r in steady),
-        "dropped_stale": steady[-1]["dropped_stale_total"],
-        "precision": steady[-1]["precision"],
-        "stages": steady[-1]["stages"],
-        "workers": steady[-1]["workers"],
-        "threads_per_worker": steady[-1]["threads"],
+        **bench.daemon_summary(records, warmup),
         "store": "tmpfs" if tmpfs else "disk",
     }
 
