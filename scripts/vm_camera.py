@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--photo", type=Path, help="the image the virtual camera shows "
                     "(default: a photograph from scikit-image's test data)")  # fmt: skip
     ap.add_argument("--models", type=Path, help="a model directory with fp16 cores "
-                    "(default: the small random-weight test models, built if missing)")  # fmt: skip
+                    "(default: the VM's random-weight test models, 42x56, built if missing)")  # fmt: skip
     ap.add_argument("--frames", type=int, default=3, help="frames to write (default 3)")
     ap.add_argument("--size", type=size, default=(640, 480), help="WxH (default 640x480)")
     ap.add_argument("--out", type=Path, default=Path("vm-camera"), help="(default ./vm-camera)")
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(
             f"{tool} not found: install requirements/apt.txt (scripts/install-host-packages.sh)"
         )
-    from tests.support.models import build_small_models
+    from tests.support.models import build_vm_models
     from tests.support.photos import photo_path
 
     photo = args.photo or photo_path("coffee.png")
@@ -61,12 +61,14 @@ def main(argv: list[str] | None = None) -> int:
             img.convert("RGB").save(buf, "JPEG", quality=95)
     except (OSError, ValueError) as e:
         ap.error(f"--photo {photo}: {e}")
-    models = args.models or build_small_models()
+    models = args.models or build_vm_models()
     if not (models / "manifest.json").is_file():
         ap.error(f"--models {models}: no manifest.json there")
     width, height = args.size
     files = vm.camera_job(buf.getvalue(), width, height, models, lay_out=True)
-    wait = 120 + 300 * args.frames  # start-up, then 21-280 s a frame under TCG
+    # Start-up, then each frame: tens of seconds under TCG at the VM's core, minutes at a
+    # bigger one (--models).
+    wait = 120 + 300 * args.frames
     job = vm.CAMERA_JOB + vm.LAY_OUT + f"virtual_camera\npart daemon daemon {args.frames} {wait}\n"
     out = args.out.resolve()
     if out.exists():

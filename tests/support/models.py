@@ -29,6 +29,11 @@ from .tools import skip_or_fail
 
 SEED = 0
 SMALL_SHAPE = (140, 182)
+# The VM's core (tests/test_vm.py, scripts/vm_camera.py): 4:3 like its camera, 12
+# patches. Emulated by qemu's TCG a forward at SMALL_SHAPE takes minutes (234 s in
+# qemu-user on this machine kind), at VM_SHAPE an eighth of that (28 s); the VM checks
+# the install, the unit and the camera, for which any core shape serves.
+VM_SHAPE = (42, 56)
 PLAIN = ("coffee.png", "chelsea.png")  # the photos the ``plain`` fixture runs
 Plain = dict[str, tuple[np.ndarray, np.ndarray]]  # photo -> depth, confidence
 
@@ -94,6 +99,16 @@ def build_small_models() -> Path:
     )
 
 
+def build_vm_models() -> Path:
+    """fp16 and the stage programs at ``VM_SHAPE``: what the VM's card carries (the
+    folder a user exporting fp16 only would have)."""
+    weights = build_random_weights()
+    out = cache_dir() / "vm"
+    shape = f"{VM_SHAPE[0]}x{VM_SHAPE[1]}"
+    return run_export(out, ["export", "--weights", str(weights), "--shape", shape,
+                            "--precision", "fp16", "--out", str(out)])  # fmt: skip
+
+
 def build_full_models() -> Path:
     """The default export: four shapes x fp32/fp16/int8, from the same weights.
     (Also used by scripts/arm-lane.sh rss.)"""
@@ -103,5 +118,8 @@ def build_full_models() -> Path:
 
 
 if __name__ == "__main__":
-    # python -m tests.support.models {small,full}: built (or reused), their folder printed
-    print({"small": build_small_models, "full": build_full_models}[sys.argv[1]]())
+    # python -m tests.support.models {small,vm,full}...: built (or reused) in that order,
+    # each folder printed on a line of its own
+    builders = {"small": build_small_models, "vm": build_vm_models, "full": build_full_models}
+    for name in sys.argv[1:]:
+        print(builders[name]())

@@ -264,6 +264,13 @@ def guest(name: str) -> str:
     return (GUEST / name).read_text()
 
 
+# The top of every run.sh: ``mark WHAT`` adds the guest's uptime (s) and WHAT to
+# /job/timeline.txt, which tests print: where a boot's minutes went, step by step.
+PRELUDE = """mark() { echo "$(cut -d' ' -f1 /proc/uptime) $*" >>/job/timeline.txt; }
+mark "job started"
+"""
+
+
 def variables(**values: object) -> str:
     """Shell assignments for the top of a run.sh."""
     return "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in values.items())
@@ -385,10 +392,10 @@ def run(
     ``disk`` (from ``overlay``) the boot writes to that disk and the next boot of it
     sees what this one did. ``drives`` are more raw disks (a FAT boot partition);
     ``network`` gives the VM qemu's user-mode network (NAT to the host's); cloud-init
-    runs only with ``cloud_init``."""
+    runs only with ``cloud_init``. The script may call ``mark WHAT`` (``PRELUDE``)."""
     job = job or Path(tempfile.mkdtemp(prefix="da3-edge-vm-"))
     job.mkdir(parents=True, exist_ok=True)
-    (job / "run.sh").write_text(script)
+    (job / "run.sh").write_text(PRELUDE + script)
     for name, data in (files or {}).items():
         (job / name).parent.mkdir(parents=True, exist_ok=True)
         (job / name).write_bytes(data)

@@ -3,7 +3,7 @@
 mkdir -p /job/frames /opt/picamera2 /opt/src
 mount -t 9p -o trans=virtio,version=9p2000.L,ro picamera2 /opt/picamera2
 mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
-part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; }
+part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; mark "part $name"; }
 # Frames the store has published (frames/<10 digits>), not those being written (.tmp-*).
 published() { ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{10}$'; }
 
@@ -32,8 +32,8 @@ daemon() {
     chmod 660 /dev/dma_heap/system /dev/udmabuf
     # The changes to the unit: picamera2 on its path (see PYPATH); keep the store after
     # stop, for its last status.json; and a watchdog for emulation (under TCG one frame
-    # takes 21-280 s, machine by machine, where the unit's WatchdogSec=30 expects well
-    # under 15).
+    # takes tens of seconds even at the VM's small core, where the unit's WatchdogSec=30
+    # expects well under 15).
     mkdir -p /etc/systemd/system/da3-edge.service.d
     printf '[Service]\nEnvironment=PYTHONPATH=%s\nRuntimeDirectoryPreserve=yes\nWatchdogSec=900\n' \
         $PYPATH >/etc/systemd/system/da3-edge.service.d/test.conf

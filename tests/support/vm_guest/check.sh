@@ -5,6 +5,7 @@
 out=/job
 timeout ${INSTALL_S} cloud-init status --wait --long >$out/cloud-init.txt 2>&1
 echo $? >$out/cloud-init.rc  # 124: cloud-init had not finished (or never started)
+mark "cloud-init done"
 # The user-data the card holds, checked by this cloud-init's own schema (the VM's 25.1).
 cloud-init schema --system >$out/schema.txt 2>&1
 echo $? >$out/schema.rc
@@ -18,6 +19,7 @@ echo $? >$out/schema.rc
     runuser -u da3-edge -- env DA3_EDGE_MODELS=/var/lib/da3-edge/models \
         /opt/da3-edge/venv/bin/da3-edge doctor >$out/doctor.txt 2>&1
     echo $? >$out/doctor.rc
+    mark "beside: MemoryMax and doctor checked"
 } &
 beside=$!
 case "$BOOT" in
@@ -26,12 +28,14 @@ case "$BOOT" in
     until [ "$(ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{10}$')" -ge "$FRAMES" ] \
         || [ $n -ge "$FRAME_WAIT_S" ]; do
         sleep 1; n=$((n + 1))
-    done ;;
+    done
+    mark "$FRAMES frame(s) of the fake camera, or the deadline (waited $n s)" ;;
 *)  # the unit up (its frames come from the camera's daemon after)
     n=0
     until systemctl is-active -q da3-edge || [ $n -ge "$UP_WAIT_S" ]; do
         sleep 1; n=$((n + 1))
-    done ;;
+    done
+    mark "the unit active, or the deadline (waited $n s)" ;;
 esac
 wait $beside
 ls -A /run/da3-edge/frames >$out/frames.txt 2>&1
@@ -72,3 +76,4 @@ cd /
     find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -printf '%M %U:%G %p -> %l\n' | sort
     grep -E '^(da3-edge|${VM_USER}):' /etc/passwd /etc/group
 } >$out/snapshot.txt
+mark "checks written"
