@@ -2,9 +2,10 @@
 
 It meets ``CoreLike`` like ``ProcessCore`` does: ``submit`` returns at once and the
 answer is "computed" meanwhile, ``collect`` waits until ``delay`` seconds after the
-submit. Its depth is the input's channel mean plus 10 at every pixel, so a test that
-paints frame N with value N can tell from a written frame which capture it came
-from; confidence is 1 + the 0-based count of images this core was given.
+submit (a sequence of delays: the images take them in turn). Its depth is the input's
+channel mean plus 10 at every pixel, so a test that paints frame N with value N can
+tell from a written frame which capture it came from; confidence is 1 + the 0-based
+count of images this core was given.
 
 A scripted failure (``fail``: 0-based image numbers of this core) makes ``collect``
 raise ``EdgeError`` for that image, as a dying worker would. ``fake_models`` writes a
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ class FakeCore(Halves):
         self,
         spec: CoreSpec,
         *,
-        delay: float = 0.0,
+        delay: float | Sequence[float] = 0.0,
         fail: Iterable[int] = (),
         log: list[tuple[str, int, int, float]] | None = None,
         index: int = 0,
@@ -50,7 +51,8 @@ class FakeCore(Halves):
         self.threads = spec.threads or 1
         self.fp16_arithmetic = bool(spec.fp16_arithmetic)
         self.last_ms = 0.0
-        self.delay = delay
+        # Seconds per image; a sequence: image n takes delays[n % len], cycling.
+        self.delays = (delay,) if isinstance(delay, (int, float)) else tuple(delay)
         self.fail = set(fail)
         self.given = 0  # images submitted so far
         self.index = index  # in its opener's order
@@ -64,7 +66,7 @@ class FakeCore(Halves):
     def opener(
         cls,
         *,
-        delay: float = 0.0,
+        delay: float | Sequence[float] = 0.0,
         fail: Iterable[int] = (),
     ) -> tuple[Callable[[CoreSpec], FakeCore], list[FakeCore]]:
         """A ``Pipeline`` ``open_core`` making FakeCores with this script, and the list
@@ -89,7 +91,7 @@ class FakeCore(Halves):
             raise EdgeError("an image is already being computed; collect it first")
         check_input(image, self.input_shape)
         n, self.given = self.given, self.given + 1
-        self._due = (n, time.monotonic() + self.delay, image.mean(axis=1)[0])
+        self._due = (n, time.monotonic() + self.delay(n), image.mean(axis=1)[0])
         self.log.append(("submit", self.index, n, time.monotonic()))
 
     def collect(self) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +101,7 @@ class FakeCore(Halves):
         wait = due - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        self.last_ms = self.delay * 1000
+        self.last_ms = self.delay(n) * 1000
         if n in self.fail:
             self.log.append(("fail", self.index, n, time.monotonic()))
             raise EdgeError(f"scripted failure of image {n}")
@@ -107,6 +109,10 @@ class FakeCore(Halves):
         depth = (mean + 10.0).astype(np.float32)
         conf = np.full(self.shape, 1.0 + n, np.float32)
         return depth, conf
+
+    def delay(self, n: int) -> float:
+        """The seconds image ``n`` takes."""
+        return self.delays[n % len(self.delays)]
 
     def close(self) -> None:
         self.closed = True

@@ -164,6 +164,40 @@ def test_one_worker_takes_the_next_frame_just_before_the_core_is_done(models: Pa
                    for n in range(3) for i in range(2)]  # fmt: skip
 
 
+def test_a_core_run_faster_than_the_last_does_not_wait_for_its_next_image(
+    models: Path,
+) -> None:
+    """One worker whose runs alternate 1.0 and 0.3 s, frames always waiting: each next
+    image is taken by the fastest recent run, so the core is never left idle for long
+    after a fast run (waking by an average of the two, ~0.65 s, leaves it ~0.35 s
+    idle)."""
+    delays = (1.0, 0.3)
+    open_core, made = FakeCore.opener(delay=delays)
+    pipeline = Pipeline.load(PipelineSpec(models, core_process=True), open_core=open_core)
+    with running(pipeline) as r:
+        feeding = threading.Event()
+
+        def feed() -> None:
+            seq = 0
+            while not feeding.wait(0.01):
+                r.put(seq)
+                seq += 1
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        try:
+            r.take(7, timeout=30)
+        finally:
+            feeding.set()
+            feeder.join(5)
+    submitted = {n: t for event, _, n, t in made[0].log if event == "submit"}
+    # Idle: from the time image n was done to image n+1's submit; from image 2 on,
+    # both speeds have been seen.
+    idle = [submitted[n + 1] - (submitted[n] + delays[n % 2]) for n in range(2, 6)]
+    print("idle after each run, s:", [round(s, 3) for s in idle])
+    assert max(idle) < 0.2, idle
+
+
 def test_a_reload_mid_flight_finishes_the_old_pipelines_frame_first(models: Path) -> None:
     old, old_cores = fake_pipeline(models, delay=0.3)
     new, new_cores = fake_pipeline(models, delay=0.05)

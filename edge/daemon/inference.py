@@ -3,11 +3,13 @@
 While a core computes frame N (in its worker process), this thread preprocesses
 frame N+1, and postprocesses N while the core runs N+1 (``Pipeline.prepare / submit
 / collect / finish``). With one worker (``model.workers``), frame N+1 is taken from
-the mailbox only shortly before the core is expected to finish N (the core's and
-preprocessing's recent times say when), so it is as fresh as the overlap allows;
-when no frame comes by then, N is finished alone. With several, a new frame goes to
-an idle worker as soon as it comes; once all are busy, the oldest frame in flight is
-handled as with one. Results leave in capture order.
+the mailbox only shortly before the core may finish N, so it is as fresh as the overlap
+allows: the fastest of the core's recent runs less the slowest of the recent
+preprocessings before, so that a core run faster than usual (they vary by several %)
+does not wait for its next image. When no frame comes by then, N is finished alone.
+With several, a new frame goes to an idle worker as soon as it comes; once all are
+busy, the oldest frame in flight is handled as with one. Results leave in capture
+order.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class InferenceCounters:
 
 @dataclass
 class InFlight:
-    """A frame submitted to a core: which worker's, and when it is expected back."""
+    """A frame submitted to a core: which worker's, and the earliest it may be back."""
 
     job: Job
     frame: Frame
@@ -122,7 +124,8 @@ class Inference:
         self.beat = beat
         self.counters = InferenceCounters()
         self.pending: deque[InFlight] = deque()
-        self._core_s = self._prep_s = 0.0  # recent times, for the expectations
+        self._core_s = Recent()  # the core's and preprocessing's times, for the wake
+        self._prep_s = Recent()
         self._offered: Pipeline | None = None
         self._offer_lock = threading.Lock()
         self._last_log = 0.0
@@ -162,7 +165,7 @@ class Inference:
                 self._submit(job, frame, worker)
             if done is not None:
                 self._finish(done)
-                self._core_s = _ema(self._core_s, done.job.timings["core"] / 1000)
+                self._core_s.add(done.job.timings["core"] / 1000)
 
     def _next_frame(self) -> tuple[Frame | None, int]:
         """Wait for a frame as the policy says; it and the worker it is for."""
@@ -173,7 +176,7 @@ class Inference:
         else:
             oldest = self.pending[0]
             if not idle:
-                wake = oldest.done_at - self._prep_s
+                wake = oldest.done_at - self._prep_s.high()
                 if wake > time.monotonic():
                     self.stop.wait(wake - time.monotonic())
             frame = self.mailbox.take(max(0.0, oldest.done_at - time.monotonic()))
@@ -192,7 +195,7 @@ class Inference:
             self._failed("preprocess", frame, exc)
             return None
         finally:
-            self._prep_s = _ema(self._prep_s, time.monotonic() - t0)
+            self._prep_s.add(time.monotonic() - t0)
 
     def _submit(self, job: Job, frame: Frame, worker: int) -> None:
         try:
@@ -200,7 +203,7 @@ class Inference:
         except EdgeError as exc:
             self._failed("core", frame, exc)
             return
-        self.pending.append(InFlight(job, frame, worker, time.monotonic() + self._core_s))
+        self.pending.append(InFlight(job, frame, worker, time.monotonic() + self._core_s.low()))
 
     def _collect(self, item: InFlight, pipeline: Pipeline | None = None) -> bool:
         try:
@@ -251,5 +254,17 @@ class Inference:
         self.pipeline = new
 
 
-def _ema(previous: float, sample: float, weight: float = 0.25) -> float:
-    return sample if previous == 0.0 else previous + weight * (sample - previous)
+class Recent:
+    """The last ``n`` samples of a time: their fastest and slowest (0 before any)."""
+
+    def __init__(self, n: int = 8) -> None:
+        self._samples: deque[float] = deque(maxlen=n)
+
+    def add(self, seconds: float) -> None:
+        self._samples.append(seconds)
+
+    def low(self) -> float:
+        return min(self._samples, default=0.0)
+
+    def high(self) -> float:
+        return max(self._samples, default=0.0)
