@@ -342,9 +342,17 @@ def replay_daemon(
 
 def steady_fps(records: list[dict[str, Any]], warmup: int) -> float:
     """Written frames/s after the first ``warmup`` frames, from their t_written."""
+    return _rate(_steady(records, warmup))
+
+
+def _steady(records: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
     steady = [r for r in records if r["store_seq"] >= warmup]
     if len(steady) < 2:
         raise SystemExit(f"{len(records)} frames written; too few to measure")
+    return steady
+
+
+def _rate(steady: list[dict[str, Any]]) -> float:
     return float((len(steady) - 1) / (steady[-1]["t_written"] - steady[0]["t_written"]))
 
 
@@ -352,12 +360,11 @@ def daemon_summary(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]
     """What a daemon run's frame records say after the first ``warmup`` frames: the
     sustained frames/s (``steady_fps``), the median latency, the median core and
     preprocessing times inside the daemon, and what ran (from the last record)."""
-    fps = steady_fps(records, warmup)
-    steady = [r for r in records if r["store_seq"] >= warmup]
+    steady = _steady(records, warmup)
     last = steady[-1]
     return {
         "frames": len(steady),
-        "fps": fps,
+        "fps": _rate(steady),
         "latency_p50_ms": statistics.median(r["latency_ms"] for r in steady),
         # The core's own time inside the daemon (its worker's LiteRT call), to set beside
         # the core timed alone: what sharing the cores with the daemon's threads costs.
