@@ -265,8 +265,11 @@ def guest(name: str) -> str:
 
 
 # The top of every run.sh: ``mark WHAT`` adds the guest's uptime (s) and WHAT to
-# /job/timeline.txt, which tests print: where a boot's minutes went, step by step.
+# /job/timeline.txt, which tests print: where a boot's minutes went, step by step;
+# ``published`` counts the daemon's frames, which boots wait for.
 PRELUDE = """mark() { echo "$(cut -d' ' -f1 /proc/uptime) $*" >>/job/timeline.txt; }
+# Frames the store has published (frames/<10 digits>), not those being written (.tmp-*).
+published() { ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{10}$'; }
 mark "job started"
 """
 
@@ -392,7 +395,8 @@ def run(
     ``disk`` (from ``overlay``) the boot writes to that disk and the next boot of it
     sees what this one did. ``drives`` are more raw disks (a FAT boot partition);
     ``network`` gives the VM qemu's user-mode network (NAT to the host's); cloud-init
-    runs only with ``cloud_init``. The script may call ``mark WHAT`` (``PRELUDE``)."""
+    runs only with ``cloud_init``. The script may call ``mark WHAT`` and ``published``
+    (``PRELUDE``)."""
     job = job or Path(tempfile.mkdtemp(prefix="da3-edge-vm-"))
     job.mkdir(parents=True, exist_ok=True)
     (job / "run.sh").write_text(PRELUDE + script)

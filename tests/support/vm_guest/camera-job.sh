@@ -4,8 +4,6 @@ mkdir -p /job/frames /opt/picamera2 /opt/src
 mount -t 9p -o trans=virtio,version=9p2000.L,ro picamera2 /opt/picamera2
 mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
 part() { name=$1; shift; "$@" >/job/$name.txt 2>&1; echo $? >/job/$name.rc; mark "part $name"; }
-# Frames the store has published (frames/<10 digits>), not those being written (.tmp-*).
-published() { ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{10}$'; }
 
 # libcamera has no camera until its virtual pipeline handler's YAML is in place.
 virtual_camera() {

@@ -25,8 +25,7 @@ beside=$!
 case "$BOOT" in
 1)  # the fake camera's first frames
     n=0
-    until [ "$(ls -A /run/da3-edge/frames 2>/dev/null | grep -cE '^[0-9]{10}$')" -ge "$FRAMES" ] \
-        || [ $n -ge "$FRAME_WAIT_S" ]; do
+    until [ "$(published)" -ge "$FRAMES" ] || [ $n -ge "$FRAME_WAIT_S" ]; do
         sleep 1; n=$((n + 1))
     done
     mark "$FRAMES frame(s) of the fake camera, or the deadline (waited $n s)" ;;
