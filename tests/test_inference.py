@@ -84,6 +84,26 @@ def running(pipeline: Pipeline, at_core: bool = False) -> Iterator[Running]:
         r.inference.close()
 
 
+@contextmanager
+def fed(r: Running, every: float = 0.01) -> Iterator[None]:
+    """Frames into ``r``'s mailbox every ``every`` s, as a camera faster than the core."""
+    stop = threading.Event()
+
+    def feed() -> None:
+        seq = 0
+        while not stop.wait(every):
+            r.put(seq)
+            seq += 1
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join(5)
+
+
 def events(core: FakeCore) -> list[tuple[str, int, int]]:
     return [(event, index, n) for event, index, n, _ in core.log]
 
@@ -174,22 +194,8 @@ def test_a_core_run_faster_than_the_last_does_not_wait_for_its_next_image(
     delays = (1.0, 0.3)
     open_core, made = FakeCore.opener(delay=delays)
     pipeline = Pipeline.load(PipelineSpec(models, core_process=True), open_core=open_core)
-    with running(pipeline) as r:
-        feeding = threading.Event()
-
-        def feed() -> None:
-            seq = 0
-            while not feeding.wait(0.01):
-                r.put(seq)
-                seq += 1
-
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        try:
-            r.take(7, timeout=30)
-        finally:
-            feeding.set()
-            feeder.join(5)
+    with running(pipeline) as r, fed(r):
+        r.take(7, timeout=30)
     submitted = {n: t for event, _, n, t in made[0].log if event == "submit"}
     # Idle: from the time image n was done to image n+1's submit; from image 2 on,
     # both speeds have been seen.
@@ -212,6 +218,25 @@ def test_a_reload_mid_flight_finishes_the_old_pipelines_frame_first(models: Path
     assert events(old_cores[0]) == [("submit", 0, 0), ("collect", 0, 0)]
     assert old_cores[0].closed  # the old pipeline was closed once its frame was out
     assert new_cores[0].given == 1 and new_cores[0].closed  # closed at the end
+
+
+def test_after_a_reload_to_a_slower_core_frames_are_taken_by_its_pace(models: Path) -> None:
+    """The core's recent times start again with the new pipeline: a 0.05 s core's would
+    have the thread take each frame for a 0.6 s one ~0.55 s before its core is free."""
+    old, _ = fake_pipeline(models, delay=0.05)
+    new, new_cores = fake_pipeline(models, delay=0.6)
+    with running(old) as r, fed(r):
+        r.take(4)
+        r.inference.offer(new)
+        got = r.take(8, timeout=30)
+    # The new core's results (its "core" time is its delay), in its images' order.
+    mine = [item for item in got if item.depth.timings_ms["core"] == 600]
+    submitted = {n: t for event, _, n, t in new_cores[0].log if event == "submit"}
+    ages = [submitted[n] - item.frame.t_mono for n, item in enumerate(mine)]
+    print("age of each frame when it went to the new core, s:", [round(a, 3) for a in ages])
+    # Image 0 goes at once (nothing in flight); image 1 may be taken before the new
+    # core's pace is known, and then waits for image 0; from image 2 on, the pace is known.
+    assert len(ages) >= 5 and max(ages[2:]) < 0.3, ages
 
 
 def test_a_failing_core_costs_its_frame_only_and_says_why(models: Path) -> None:

@@ -4,9 +4,10 @@ While a core computes frame N (in its worker process), this thread preprocesses
 frame N+1, and postprocesses N while the core runs N+1 (``Pipeline.prepare / submit
 / collect / finish``). With one worker (``model.workers``), frame N+1 is taken from
 the mailbox only shortly before the core may finish N, so it is as fresh as the overlap
-allows: the fastest of the core's recent runs less the slowest of the recent
-preprocessings before, so that a core run faster than usual (they vary by several %)
-does not wait for its next image. When no frame comes by then, N is finished alone.
+allows: once N has computed for the fastest of the core's recent runs less the slowest
+of the recent preprocessings, so that a core run faster than usual (they vary by
+several %) does not wait for its next image. When no frame comes by then, N is
+finished alone.
 With several, a new frame goes to an idle worker as soon as it comes; once all are
 busy, the oldest frame in flight is handled as with one. Results leave in capture
 order.
@@ -252,6 +253,8 @@ class Inference:
                 self._finish(item, old)
         old.close()
         self.pipeline = new
+        # Another size or precision runs at another pace: the old times would wake early.
+        self._core_s, self._prep_s = Recent(), Recent()
 
 
 class Recent:
