@@ -296,7 +296,7 @@ def replay_photos(directory: Path, n: int = 4, size: tuple[int, int] = (1200, 16
 
 def counting_config(dest: Path, frames: int, **model: int) -> Path:
     """``dest``: the daemon's default config, except a ring that keeps all ``frames`` for
-    counting (32 MiB a frame: the default 256 MiB holds ~13 frames at store.size
+    counting (32 MiB a frame: the default 64 MiB holds ~2 frames at store.size
     "camera"), and the ``[model]`` keys given (workers, size; 0 is size's default)."""
     text = "".join(f"{key} = {value}\n" for key, value in model.items())
     text = f"[model]\n{text}" if text else ""

@@ -10,6 +10,7 @@ found, the line.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 import tomllib
@@ -66,7 +67,7 @@ class ModelConfig:
 class StoreConfig:
     dir: str = ""
     keep_frames: int = 100
-    max_bytes: int = 268435456
+    max_bytes: int = 64 << 20
     formats: tuple[str, ...] = DEFAULT_FORMATS
     size: str = "core"  # STORE_SIZES: the outputs at the core's resolution, or the camera's
     preview_max_side: int = 640
@@ -191,6 +192,8 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where} must be a number, not {value!r}")
+        if not math.isfinite(value):  # TOML has nan and inf; every range check passes nan
+            raise ConfigError(f"{where} must be a finite number, not {value!r}")
         return float(value)
     if isinstance(default, str):
         if not isinstance(value, str):
@@ -233,12 +236,38 @@ def parse(text: str, path: str | None = None, parts: Collection[str] = DAEMON_PA
     return config
 
 
+# Upper bounds of the numbers whose own checks set none: past any sane setting, a
+# value would overflow a deadline or a buffer rather than mean something.
+AT_MOST: dict[tuple[str, str], tuple[float, str]] = {
+    ("camera", "width"): (16384, "pixels"),
+    ("camera", "height"): (16384, "pixels"),
+    ("camera", "timeout"): (600, "seconds"),
+    ("camera", "stall_after"): (3600, "seconds"),
+    ("camera", "backoff_min"): (3600, "seconds"),
+    ("camera", "backoff_max"): (3600, "seconds"),
+    ("model", "threads"): (256, "threads"),
+    ("store", "keep_frames"): (100_000, "frames"),
+    ("store", "max_bytes"): (1 << 36, "bytes: 64 GiB"),
+    ("store", "preview_max_side"): (16384, "pixels"),
+    ("store", "persist_every"): (604_800, "seconds: a week"),
+    ("store", "persist_keep"): (100_000, "frames"),
+    ("daemon", "stuck_after"): (3600, "seconds"),
+    ("daemon", "status_every"): (3600, "seconds"),
+    ("serve", "max_age"): (86_400, "seconds"),
+    ("mqtt", "state_max_rate"): (1000, "per second"),
+}
+
+
 def validate(config: Config, text: str = "", parts: Collection[str] = DAEMON_PARTS) -> None:
     """Value checks (ranges, choices) of the sections in ``parts``, each naming its key."""
     path = config.path
 
     def fail(section: str, key: str, message: str) -> None:
         raise ConfigError(f"{_where(path, text, section, key)} {message}")
+
+    for (section, key), (most, unit) in AT_MOST.items():
+        if section in parts and getattr(getattr(config, section), key) > most:
+            fail(section, key, f"must be at most {most:g} ({unit})")
 
     if "store" in parts:
         _validate_store(config.store, fail)
@@ -277,9 +306,15 @@ def _validate_daemon(config: Config, fail: Fail) -> None:
     if cam.lens_position >= 0 and cam.af in ("continuous", "auto"):
         fail("camera", "lens_position", 'needs af = "manual" (autofocus moves the lens)')
     if cam.lens_position > 32:
-        fail("camera", "lens_position", "is in dioptres (1 / metres): 0 (infinity) to 32")
+        fail("camera", "lens_position", "must be in dioptres (1 / metres): 0 (infinity) to 32")
     if not (cam.fps == 0 or 0.1 <= cam.fps <= 240):
         fail("camera", "fps", "must be 0 (the camera's own) or 0.1 to 240 frames a second")
+    if cam.fps and cam.timeout < 2 / cam.fps:  # picamera2 waits `timeout` for each frame
+        fail(
+            "camera", "fps",
+            f"{cam.fps:g} gives a frame every {1 / cam.fps:g} s: camera.timeout "
+            f"({cam.timeout:g} s) must be at least two frame intervals ({2 / cam.fps:g} s)",
+        )  # fmt: skip
     if model.precision not in PRECISIONS:
         fail(
             "model", "precision", f"must be one of {', '.join(PRECISIONS)}, not {model.precision!r}"
@@ -393,9 +428,15 @@ def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PA
         return Config()
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the config ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a comment saved in Latin-1 by an editor
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{p}:{line}: the config is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); "
+            "save it as UTF-8"
+        ) from None
     return parse(text, str(p), parts)
 
 

@@ -37,6 +37,14 @@ STORE_ID = "store-id"  # one random id per store instance: frame numbers restart
 STORE_ID_FORMAT = re.compile(r"[0-9a-f]{16}")  # what the daemon writes (8 random bytes)
 
 
+FRAME_NAME = re.compile(r"[0-9]{10}")  # a frame's directory: its sequence number
+
+
+def is_frame_name(name: str) -> bool:
+    """A whole frame's directory name (``.tmp-*`` and the like are not)."""
+    return FRAME_NAME.fullmatch(name) is not None
+
+
 def frame_file(frame_dir: Path, fmt: str) -> Path:
     """The file of format ``fmt`` (a key of SUFFIXES) in a store frame directory."""
     return frame_dir / f"{STEM}{SUFFIXES[fmt]}"

@@ -13,19 +13,27 @@ A frame is written into ``frames/.tmp-<seq>/`` and renamed into place when compl
 then ``latest`` is replaced by renaming a new symlink over it: a reader that follows
 ``latest`` or lists ``frames/`` never sees a partial frame, and a SIGKILL at any point
 leaves at most a ``.tmp-*`` directory, removed at the next start. The ring keeps the
-newest ``keep_frames`` frames and at most ``max_bytes``: the oldest are deleted before a
+newest ``keep_frames`` frames and at most ``cap`` bytes: the oldest are deleted before a
 new frame is renamed into place, so ``frames/`` never lists more (one frame too large for
-``max_bytes`` on its own, or ``keep_frames = 1``, still keeps the newest; ``latest``
-always points at a frame that is there).
+the cap on its own, or ``keep_frames = 1``, still keeps the newest; ``latest`` always
+points at a frame that is there).
 
-Optional persistence copies the newest frame to ``persist_dir`` at most once every
-``persist_every`` seconds (durably: fsync), keeping ``persist_keep``: the RAM-backed
-ring takes the write load, the SD card sees a trickle.
+The cap is ``max_bytes``, bounded by ``FS_SHARE`` of the filesystem the store is on:
+``/run`` is a tmpfs sized from RAM (100-200 MB on a 1 GB Pi 5), shared with the rest of
+the system. When the filesystem fills anyway (someone else's files), the oldest frames
+are pruned, never ``latest``, the write is tried once more, and the cap shrinks to the
+room found until the store is prepared again.
+
+Optional persistence (``Persistence``) copies the newest frame to ``persist_dir`` at
+most once every ``persist_every`` seconds (durably: fsync), keeping ``persist_keep``:
+the RAM-backed ring takes the write load, the SD card sees a trickle.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import secrets
 import shutil
@@ -38,6 +46,18 @@ from edge.depth import DepthFrame
 from edge.follow import check_root, read_store_id
 from edge.layout import FRAMES, LATEST, STORE_ID
 from edge.layout import default_store_dir as default_store_dir  # re-exported
+
+log = logging.getLogger("edge.store")
+FS_SHARE = 0.5  # of the filesystem's size, at most, for the ring
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _free(path: Path) -> int:
+    fs = os.statvfs(path)
+    return fs.f_bavail * fs.f_frsize
 
 
 def _dir_bytes(path: Path) -> int:
@@ -55,7 +75,7 @@ class FrameStore:
         root: Path,
         *,
         keep_frames: int = 100,
-        max_bytes: int = 256 << 20,
+        max_bytes: int = 64 << 20,
         formats: tuple[str, ...] = frames.DEFAULT_FORMATS,
         preview_max_side: int = 0,
         persist_dir: Path | None = None,
@@ -68,12 +88,12 @@ class FrameStore:
         self.max_bytes = max_bytes
         self.formats = tuple(dict.fromkeys((*formats, "json")))  # json is the record
         self.preview_max_side = preview_max_side
-        self.persist_dir = persist_dir
-        self.persist_every = persist_every
-        self.persist_keep = persist_keep
+        self.persist = (
+            Persistence(persist_dir, persist_every, persist_keep) if persist_dir else None
+        )
+        self.cap = max_bytes  # the ring's byte bound in force (see prepare)
         self._sizes: dict[int, int] = {}
         self._next_seq = 0
-        self._last_persist = float("-inf")
         self.ready = False
         self.instance = ""  # the store-id, once prepared
 
@@ -95,9 +115,22 @@ class FrameStore:
         for stale in self.root.glob(f".{LATEST}.*"):
             stale.unlink(missing_ok=True)
         self.instance = self._instance_id()
-        if self.persist_dir is not None:
-            self.persist_dir.mkdir(parents=True, exist_ok=True)
+        self.cap = self._fitted_cap()
         self.ready = True
+
+    def _fitted_cap(self) -> int:
+        """``max_bytes``, or ``FS_SHARE`` of the filesystem's size where that is less."""
+        fs = os.statvfs(self.root)
+        share = int(fs.f_blocks * fs.f_frsize * FS_SHARE)
+        if share >= self.max_bytes:
+            return self.max_bytes
+        log.info(
+            "store: %s is on a filesystem of %s: the ring keeps at most %s (%d%% of it), "
+            "not store.max_bytes %s",
+            self.root, _mib(fs.f_blocks * fs.f_frsize), _mib(share), FS_SHARE * 100,
+            _mib(self.max_bytes),
+        )  # fmt: skip
+        return share
 
     def _instance_id(self) -> str:
         """This store's id (``store-id``, made at its first prepare): a store on /run is
@@ -124,35 +157,65 @@ class FrameStore:
         if not self.ready:
             self.prepare()
         seq = self._next_seq
+        # The JSON is snap's sidecar (summary, versions, random-init warning) plus
+        # the daemon's record and the store sequence.
+        blobs = frames.render(
+            frame, self.formats, {**record, "store_seq": seq},
+            preview_max_side=self.preview_max_side,
+        )  # fmt: skip
+        # The npz streams into its file: the last frame's size is the estimate of this one.
+        estimate = self._sizes[max(self._sizes)] if self._sizes else 0
+        try:
+            final, size = self._put(seq, blobs, estimate)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or not self._make_room(estimate):
+                raise
+            final, size = self._put(seq, blobs, estimate)
+        self._next_seq = seq + 1
+        self._sizes[seq] = size
+        self._point_latest(final.name)
+        return final
+
+    def _put(self, seq: int, blobs: dict[str, atomic.Data], estimate: int) -> tuple[Path, int]:
+        """The frame's files under ``.tmp-SEQ``, renamed into place once the ring has
+        room: ``frames/`` never lists more than the ring holds, not even for the instant
+        between a rename and a prune. Returns the directory and its bytes."""
         name = f"{seq:010d}"
         tmp = self.frames_dir / f".tmp-{name}"
         final = self.frames_dir / name
         try:
+            self._prune(incoming=estimate)  # before writing: the room is the filesystem's
             tmp.mkdir()
-            # The JSON is snap's sidecar (summary, versions, random-init warning) plus
-            # the daemon's record and the store sequence.
-            blobs = frames.render(
-                frame,
-                self.formats,
-                {**record, "store_seq": seq},
-                preview_max_side=self.preview_max_side,
-            )
             size = 0
             for fmt, data in blobs.items():
                 with open(layout.frame_file(tmp, fmt), "wb") as fh:
                     atomic.put(fh, data)
                     size += fh.tell()
-            # Room first, then publish: frames/ never lists more than the ring holds,
-            # not even for the instant between this frame's rename and a prune.
             self._prune(incoming=size)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._next_seq = seq + 1
-        self._sizes[seq] = size
-        self._point_latest(name)
-        return final
+        return final, size
+
+    def _make_room(self, incoming: int) -> bool:
+        """The filesystem is full: prune the oldest frames (never ``latest``) until
+        ``incoming`` bytes are free, and keep the ring within that room. False when
+        nothing could be pruned."""
+        pruned = 0
+        while len(self._sizes) > 1 and _free(self.root) < incoming:
+            self._drop(min(self._sizes))
+            pruned += 1
+        if not pruned:
+            return False
+        cap = self.bytes + min(_free(self.root), incoming)
+        if cap < self.cap:
+            log.warning(
+                "store: %s is full: pruned %d frame(s); the ring keeps at most %s until "
+                "the store is prepared again", self.root, pruned, _mib(cap),
+            )  # fmt: skip
+            self.cap = cap
+        return True
 
     def _point_latest(self, name: str) -> None:
         link = self.root / LATEST
@@ -164,39 +227,85 @@ class FrameStore:
     def _prune(self, incoming: int) -> None:
         """Delete the oldest frames until one more of ``incoming`` bytes fits the ring."""
         while self._sizes and (
-            len(self._sizes) + 1 > self.keep_frames or self.bytes + incoming > self.max_bytes
+            len(self._sizes) + 1 > self.keep_frames or self.bytes + incoming > self.cap
         ):
             if len(self._sizes) == 1:
                 break  # never delete the frame `latest` points at
-            oldest = min(self._sizes)
-            # Rename first so a reader listing frames/ never sees a half-deleted frame.
-            doomed = self.frames_dir / f".tmp-del-{oldest:010d}"
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(self.frames_dir / f"{oldest:010d}", doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
-            del self._sizes[oldest]
+            self._drop(min(self._sizes))
 
-    def maybe_persist(self, frame_dir: Path, now: float | None = None) -> Path | None:
-        """Copy ``frame_dir`` to persistent storage if it is time; None otherwise."""
-        if self.persist_dir is None:
-            return None
+    def _drop(self, seq: int) -> None:
+        # Rename first so a reader listing frames/ never sees a half-deleted frame.
+        doomed = self.frames_dir / f".tmp-del-{seq:010d}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self.frames_dir / f"{seq:010d}", doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        del self._sizes[seq]
+
+
+class Persistence:
+    """Copies of the newest frame on persistent storage (an SD card): at most one every
+    ``every`` seconds, the newest ``keep`` kept.
+
+    Apart from the ring: the copies have their own numbers, one past the highest in
+    ``directory`` (the ring's restart with each new /run, so its numbers would collide
+    with the copies of an earlier boot, and the new copies would be pruned as the
+    oldest); a failure is its own (``failed``, ``state`` naming ``directory``), never
+    the ring's, and the next try waits twice as long each time, up to 16x ``every``.
+    Used by the writer thread only.
+    """
+
+    def __init__(self, directory: Path, every: float, keep: int) -> None:
+        self.directory = directory
+        self.every = every
+        self.keep = keep
+        self.copied = 0
+        self.failed = 0
+        self.state: tuple[str, str | None] = ("starting", None)
+        self._next_at = float("-inf")
+        self._wait = every
+
+    def maybe_copy(self, frame_dir: Path, now: float | None = None) -> Path | None:
+        """Copy ``frame_dir`` if it is time; the copy, or None (not yet, or failed:
+        counted, logged and in ``state``)."""
         now = time.monotonic() if now is None else now
-        if now - self._last_persist < self.persist_every:
+        if now < self._next_at:
             return None
-        target = self.persist_dir / frame_dir.name
-        tmp = self.persist_dir / f".tmp-{frame_dir.name}"
+        try:
+            target = self._copy(frame_dir)
+        except OSError as exc:
+            self.failed += 1
+            self._wait = min(self._wait * 2, 16 * self.every)
+            self._next_at = now + self._wait
+            self.state = ("failing", f"{self.directory}: {exc.strerror or exc}")
+            log.error(
+                "store: cannot persist a frame to %s (%s); next try in %.0f s",
+                self.directory, exc.strerror or exc, self._wait,
+            )  # fmt: skip
+            return None
+        if self.state[0] == "failing":
+            log.info("store: persisting to %s again", self.directory)
+        self.copied += 1
+        self.state = ("ok", None)
+        self._wait = self.every
+        self._next_at = now + self.every
+        return target
+
+    def _copy(self, frame_dir: Path) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        kept = sorted(p.name for p in self.directory.iterdir() if layout.is_frame_name(p.name))
+        name = f"{int(kept[-1]) + 1 if kept else 0:010d}"
+        target = self.directory / name
+        tmp = self.directory / f".tmp-{name}"
         try:
             shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            tmp.mkdir()
             for src in frame_dir.iterdir():
                 atomic.write_bytes(tmp / src.name, src.read_bytes(), durable=True)
             os.rename(tmp, target)
-            atomic.fsync_dir(self.persist_dir)
+            atomic.fsync_dir(self.directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._last_persist = now
-        kept = sorted(p for p in self.persist_dir.iterdir() if p.name.isdigit())
-        for old in kept[: max(0, len(kept) - self.persist_keep)]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in kept[: max(0, len(kept) + 1 - self.keep)]:
+            shutil.rmtree(self.directory / old, ignore_errors=True)
         return target

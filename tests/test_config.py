@@ -91,3 +91,55 @@ def test_flags_override_the_file() -> None:
     assert out.model.threads == 0  # not given: the file's (default) value stays
     with pytest.raises(ConfigError, match=r"camera\.source"):
         config.with_overrides(base, config.Overrides(source="nope"))
+
+
+def _number_keys(kind: type) -> list[tuple[str, str]]:
+    """Every (section, key) whose value is a number of ``kind`` (bool is not an int here)."""
+    return [
+        (section, f.name)
+        for section, cls in config.SECTIONS.items()
+        for f in dataclasses.fields(cls)
+        if type(getattr(cls(), f.name)) is kind
+    ]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize(("section", "key"), _number_keys(float))
+def test_non_finite_numbers_are_refused_naming_the_key(section: str, key: str, value: str) -> None:
+    """TOML has nan and inf, and every range check is false for nan: each float key
+    refuses them by name, whichever sections the caller validates."""
+    with pytest.raises(ConfigError) as info:
+        config.parse(f"[{section}]\n{key} = {value}\n", "c.toml", parts=())
+    assert str(info.value) == (
+        f"c.toml:2: {section}.{key} must be a finite number, not {value.lstrip('+')}"
+    )
+
+
+@pytest.mark.parametrize(("section", "key"), _number_keys(float) + _number_keys(int))
+def test_every_number_has_an_upper_bound(section: str, key: str) -> None:
+    """A value past any sane setting (1e12 of seconds, frames, bytes or pixels) is
+    refused naming its key, not left to overflow a deadline or a buffer."""
+    with pytest.raises(ConfigError) as info:
+        config.parse(f"[{section}]\n{key} = 1000000000000\n", "c.toml", parts=config.SECTIONS)
+    assert str(info.value).startswith(f"c.toml:2: {section}.{key} must be "), info.value
+
+
+@pytest.mark.parametrize(
+    ("fps", "timeout", "ok"),
+    [(0.2, 2.0, False), (0.5, 2.0, False), (1.0, 2.0, True), (0.2, 10.0, True)],
+)
+def test_a_read_timeout_shorter_than_two_frames_is_refused(
+    fps: float, timeout: float, ok: bool
+) -> None:
+    """picamera2 waits ``camera.timeout`` for each frame: at ``camera.fps`` below
+    2 / timeout every read would time out (one frame per reopen)."""
+    text = f"[camera]\nfps = {fps}\ntimeout = {timeout}\n[daemon]\nstuck_after = 30.0\n"
+    if ok:
+        assert config.parse(text, "c.toml").camera.fps == fps
+        return
+    with pytest.raises(ConfigError) as info:
+        config.parse(text, "c.toml")
+    assert str(info.value) == (
+        f"c.toml:2: camera.fps {fps:g} gives a frame every {1 / fps:g} s: camera.timeout "
+        f"({timeout:g} s) must be at least two frame intervals ({2 / fps:g} s)"
+    )

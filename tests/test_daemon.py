@@ -576,7 +576,10 @@ def test_status_file_accounts_for_every_frame_with_a_failing_core(tmp_path: Path
     assert status["model"]["random_init"] is True and status["model"]["weights"] == ["fake-core"]
     assert status["camera"]["source"] == "fake:fps:60" and status["camera"]["state"] == "stopped"
     store_id = (store / "store-id").read_text().strip()
-    assert status["store"] == {"dir": str(store), "id": store_id, "state": "ok", "reason": None}
+    assert status["store"] == {
+        "dir": str(store), "id": store_id, "state": "ok", "reason": None, "cap_bytes": 64 << 20,
+    }  # fmt: skip
+    assert status["persist"] is None and status["reload"] is None
     assert status["config"]["digest"].startswith("sha256:")
     assert status["window"]["frames"] == 6 and status["window"]["latency_ms"]["p50"] > 0
     assert set(status["system"]) == {"temperature_c", "throttled"}

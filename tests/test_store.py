@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 from edge.depth import DepthFrame
-from edge.store import FrameStore
+from edge.store import FS_SHARE, FrameStore
+
+from .support.tools import tmpfs
 
 
 def _frame(n: int, size: tuple[int, int] = (60, 80)) -> DepthFrame:
@@ -116,18 +119,129 @@ def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert (tmp_path / "latest").resolve().name == "0000000000"
 
 
+def _persisted(keep: Path) -> list[tuple[str, int]]:
+    """(copy name, the ring's store_seq it holds), oldest first."""
+    names = sorted(p.name for p in keep.iterdir() if p.name.isdigit())
+    return [(n, json.loads((keep / n / "frame.json").read_text())["store_seq"]) for n in names]
+
+
 def test_persistence_is_rate_limited_and_capped(tmp_path: Path) -> None:
     keep = tmp_path / "state"
     store = FrameStore(tmp_path / "run", persist_dir=keep, persist_every=10.0, persist_keep=2)
+    assert store.persist is not None
     persisted = []
     for n, now in enumerate((0.0, 1.0, 5.0, 10.5, 11.0, 21.0, 40.0)):
         path = store.write(_frame(n), {})
-        if store.maybe_persist(path, now=now) is not None:
+        if store.persist.maybe_copy(path, now=now) is not None:
             persisted.append(n)
     assert persisted == [0, 3, 5, 6]
-    kept = sorted(p.name for p in keep.iterdir())
-    assert kept == ["0000000005", "0000000006"]  # the newest two
-    for name in kept:
+    assert _persisted(keep) == [("0000000002", 5), ("0000000003", 6)]  # the newest two
+    for name, seq in _persisted(keep):
         assert sorted(p.name for p in (keep / name).iterdir()) == sorted(
-            p.name for p in (store.frames_dir / name).iterdir()
+            p.name for p in (store.frames_dir / f"{seq:010d}").iterdir()
         )
+    assert store.persist.copied == 4 and store.persist.state == ("ok", None)
+
+
+def test_persisted_copies_survive_a_store_reset(tmp_path: Path) -> None:
+    """/run is new at every boot: the ring numbers from 0 again, the copies on the SD
+    card go on with their own numbers (none collides, none is pruned as the oldest)."""
+    keep = tmp_path / "state"
+    for boot in range(3):
+        run = tmp_path / f"run{boot}"  # a new, empty /run
+        store = FrameStore(run, persist_dir=keep, persist_every=1.0, persist_keep=4)
+        assert store.persist is not None
+        for n in range(3):
+            path = store.write(_frame(n), {"boot": boot})
+            assert store.persist.maybe_copy(path, now=float(n)) is not None
+    copies = sorted(p.name for p in keep.iterdir() if p.name.isdigit())
+    assert copies == [f"{n:010d}" for n in range(5, 9)]
+    boots = [json.loads((keep / c / "frame.json").read_text())["boot"] for c in copies]
+    assert boots == [1, 2, 2, 2]  # the newest four, in the order they were made
+
+
+def test_a_failing_persist_dir_backs_off_and_spares_the_ring(tmp_path: Path) -> None:
+    keep = tmp_path / "state"
+    store = FrameStore(tmp_path / "run", persist_dir=keep, persist_every=10.0)
+    assert store.persist is not None
+    keep.write_text("not a directory")  # an SD card gone read-only, a mount lost: an OSError
+    tried = []
+    for n, now in enumerate((0.0, 10.0, 20.0, 30.0, 60.0, 100.0)):
+        path = store.write(_frame(n), {})  # the ring goes on writing
+        before = store.persist.failed
+        assert store.persist.maybe_copy(path, now=now) is None
+        if store.persist.failed > before:
+            tried.append(now)
+    assert tried == [0.0, 20.0, 60.0]  # then 140: 20, 40, 80 s apart
+    state, reason = store.persist.state
+    assert state == "failing" and reason is not None and str(keep) in reason, reason
+    assert _seqs(store) == [0, 1, 2, 3, 4, 5]
+    keep.unlink()
+    keep.mkdir()
+    assert store.persist.maybe_copy(store.frames_dir / "0000000005", now=140.0) is not None
+    assert store.persist.state == ("ok", None) and store.persist.copied == 1
+
+
+def _one_frame_bytes(tmp_path: Path, size: tuple[int, int]) -> int:
+    probe = FrameStore(tmp_path / "probe")
+    return sum(p.stat().st_size for p in probe.write(_frame(0, size), {}).iterdir())
+
+
+def test_the_ring_fits_the_filesystem_it_lives_on(tmp_path: Path) -> None:
+    """store.max_bytes far above the filesystem (the default ring on a small Pi's /run):
+    the cap is a share of the filesystem's size, and every frame is written."""
+    size = (120, 160)
+    one = _one_frame_bytes(tmp_path, size)
+    with tmpfs(tmp_path / "run", size="2m") as run:
+        store = FrameStore(run / "store", keep_frames=100, max_bytes=100_000_000)
+        store.prepare()
+        fs = os.statvfs(run)
+        assert store.cap == int(fs.f_blocks * fs.f_frsize * FS_SHARE) < store.max_bytes
+        for n in range(40):
+            store.write(_frame(n, size), {})
+            assert store.bytes <= store.cap
+        print(f"frame {one} B, filesystem {fs.f_blocks * fs.f_frsize} B, cap {store.cap} B")
+        assert _seqs(store)[-1] == 39 and len(_seqs(store)) >= 2
+        assert (store.root / "latest").resolve().name == "0000000039"
+
+
+def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Something else fills the filesystem (the ring's share is not free): the writer
+    prunes the ring's oldest frames, never ``latest``, and writes the frame."""
+    size = (120, 160)
+    one = _one_frame_bytes(tmp_path, size)
+    with tmpfs(tmp_path / "run", size="4m") as run:
+        store = FrameStore(run / "store", keep_frames=100, max_bytes=100_000_000)
+        for n in range(6):
+            store.write(_frame(n, size), {})
+        fs = os.statvfs(run)
+        ballast = run / "ballast"  # leaves room for about one frame
+        ballast.write_bytes(b"\0" * (fs.f_bavail * fs.f_frsize - int(1.5 * one)))
+        for n in range(6, 30):
+            store.write(_frame(n, size), {})
+            assert (store.root / "latest").resolve().name == f"{n:010d}"
+        print(f"frame {one} B; ring left {_seqs(store)}, cap {store.cap} B")
+        assert _seqs(store)[-1] == 29
+        # The room it found is the ring's cap from now on: no ENOSPC at every frame.
+        full = [r for r in caplog.records if "is full: pruned" in r.getMessage()]
+        assert len(full) == 1 and store.cap < 2 << 20
+        ballast.unlink()
+        store.ready = False  # the writer re-prepares after a failure: the cap grows back
+        store.prepare()
+        assert store.cap == int(os.statvfs(run).f_blocks * os.statvfs(run).f_frsize * FS_SHARE)
+
+
+def test_no_room_for_even_one_frame_fails_and_keeps_latest(tmp_path: Path) -> None:
+    size = (120, 160)
+    with tmpfs(tmp_path / "run", size="4m") as run:
+        store = FrameStore(run / "store")
+        store.write(_frame(0, size), {})
+        fs = os.statvfs(run)
+        (run / "ballast").write_bytes(b"\0" * (fs.f_bavail * fs.f_frsize))
+        with pytest.raises(OSError) as info:
+            store.write(_frame(1, size), {})
+        assert info.value.errno == errno.ENOSPC
+        assert _seqs(store) == [0] and not list(store.frames_dir.glob(".tmp-*"))
+        assert (store.root / "latest").resolve().name == "0000000000"

@@ -15,6 +15,8 @@ one-line error saying what to install.
 
 from __future__ import annotations
 
+import math
+
 from edge.camera.base import AF_MODES, Controls, Frame, Source, Streams
 from edge.errors import CameraError, CameraTimeout, UsageError
 
@@ -55,8 +57,8 @@ def _source(spec: str, width: int, height: int, timeout: float) -> Source:
             fps = float(fps_text) if fps_text else 5.0
         except ValueError:
             raise UsageError(f"replay fps {fps_text!r} is not a number") from None
-        if fps <= 0:
-            raise UsageError("replay fps must be positive")
+        if not 0 < fps < math.inf:  # nan fails this too
+            raise UsageError("replay fps must be a positive number")
         return ReplaySource(path, fps=fps, loop=not once)
     if kind == "opencv":
         from edge.camera.opencv import OpenCVSource

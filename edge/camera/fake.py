@@ -15,6 +15,9 @@ first, then carries on with good frames. Each step is one of:
 ``openfail[*N]``   the next N ``open()`` calls fail (camera unplugged)
 ``fps:RATE``       frames per second from here on
 ``end``            every later read raises ``CameraError`` (camera gone for good)
+``crash``          one read that raises ``RuntimeError``, which no camera error
+                   handling catches (a bug: the capture thread dies, and the
+                   daemon with it, so that systemd restarts it)
 =================  ==========================================================
 
 Example: ``fake:ok*20,error*3,ok*10,hang:60`` — twenty frames, three errors, ten
@@ -23,6 +26,7 @@ frames, then a hang of a minute. Steps are consumed by reads (``openfail`` by op
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -32,7 +36,7 @@ import numpy as np
 from edge.camera.base import Frame, SourceBase
 from edge.errors import CameraError, CameraTimeout, UsageError
 
-STEPS = ("ok", "error", "timeout", "hang", "freeze", "openfail", "fps", "end")
+STEPS = ("ok", "error", "timeout", "hang", "freeze", "openfail", "fps", "end", "crash")
 
 
 @dataclass
@@ -65,8 +69,8 @@ def parse_script(script: str) -> list[Step]:
                 raise UsageError(
                     f"fake script step {raw!r} needs a number, e.g. {kind}:5"
                 ) from None
-            if value <= 0:
-                raise UsageError(f"fake script step {raw!r}: must be positive")
+            if not 0 < value < math.inf:  # nan fails this too
+                raise UsageError(f"fake script step {raw!r}: must be a positive number")
         elif arg:
             raise UsageError(f"fake script step {raw!r}: takes no ':' argument")
         steps.append(Step(kind, count, value))
@@ -139,13 +143,15 @@ class FakeCamera(SourceBase):
     def read(self, timeout: float) -> Frame:
         if not self.is_open:
             raise CameraError("fake camera: not open")
-        step = self._take(("ok", "error", "timeout", "hang", "freeze", "end"))
+        step = self._take(("ok", "error", "timeout", "hang", "freeze", "end", "crash"))
         kind = "end" if self._gone else (step.kind if step else "ok")
         if kind == "end":
             self._gone = True
             raise CameraError("fake camera: gone (scripted end)")
         if kind == "error":
             raise CameraError("fake camera: read failed (scripted)")
+        if kind == "crash":
+            raise RuntimeError("fake camera: crashed (scripted)")
         if kind == "timeout":
             time.sleep(timeout)
             raise CameraTimeout(f"fake camera: no frame within {timeout:g} s (scripted)")

@@ -10,9 +10,12 @@ call is.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
+import select
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -26,14 +29,15 @@ from edge.camera import Streams
 from edge.daemon import status
 from edge.daemon.capture import Capture, Mailbox
 from edge.daemon.inference import Inference, Results
-from edge.daemon.writer import Writer
-from edge.errors import ConfigError, EdgeError
+from edge.daemon.writer import Writer, iso
+from edge.errors import EdgeError, first_line
 from edge.follow import refuse_unsafe
 from edge.pipeline import Pipeline, PipelineSpec
-from edge.store import FrameStore, default_store_dir
+from edge.store import FrameStore, Persistence, default_store_dir
 from edge.systemd import Notifier
 
 log = logging.getLogger("edge.daemon")
+EXIT_THREAD_DIED = 70  # EX_SOFTWARE: under systemd, Restart=on-failure starts it again
 
 
 def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
@@ -49,9 +53,13 @@ def load_pipeline(model: config_mod.ModelConfig) -> Pipeline:
         workers=model.workers,
     )
     pipeline = Pipeline.load(spec)
-    # Refuse to start on a missing or tampered model, not at the first frame.
-    for artifact in pipeline.artifacts:
-        pipeline.manifest.verify(artifact)
+    try:
+        # Refuse to start on a missing or tampered model, not at the first frame.
+        for artifact in pipeline.artifacts:
+            pipeline.manifest.verify(artifact)
+    except BaseException:
+        pipeline.close()  # its core processes and programs, not left to a failed reload
+        raise
     log.info("stages: %s (%s)", pipeline.stages.name, pipeline.stages.reason)
     return pipeline
 
@@ -115,7 +123,9 @@ class Daemon:
         self.open_pipeline = open_pipeline
         self.state = "starting"
         self.stop_event = threading.Event()
-        self.reload_requested = threading.Event()
+        self._stop_signalled = self._reload_signalled = False  # set by the signal handler
+        self.died: dict[str, str] = {}  # thread name -> why, set by the dying thread
+        self.last_reload: dict[str, Any] | None = None
         self.heartbeats: dict[str, float] = {}
         self.mailbox = Mailbox()
         self.results = Results(maxsize=2)
@@ -195,9 +205,12 @@ class Daemon:
                 "id": self.store.instance,
                 "state": store_state,
                 "reason": store_reason,
+                "cap_bytes": self.store.cap,
             },
+            "persist": _persist_status(self.store.persist),
             "counters": self.counters(),
             "window": self.writer.window.summary(),
+            "reload": self.last_reload,
         }
 
     def _states(self) -> tuple[object, ...]:
@@ -208,50 +221,94 @@ class Daemon:
 
     # -- signals and reload ----------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        # Flags only: the handler runs on the main thread between any two bytecodes,
+        # maybe while it holds an Event's lock, so taking one here could deadlock it.
+        # The wakeup fd (see ``run``) ends the main loop's wait.
         if signum == signal.SIGHUP:
-            self.reload_requested.set()
+            self._reload_signalled = True
         else:
-            self.stop_event.set()
+            self._stop_signalled = True
 
     def reload(self) -> None:
-        path = self.config.path
+        """Re-read the config and apply what changed. A part that fails keeps what
+        runs (the config, the model, the store), logged in one line and reported in
+        status.json's ``reload``: a reload never ends the daemon."""
         self.state = "reloading"
         self.notifier.reloading()
         self.write_status()
-        try:
-            new = config_mod.load(path) if path else self.config
-            new = config_mod.with_overrides(new, self.overrides)
-        except ConfigError as exc:
-            log.error("reload: keeping the running config: %s", exc)
-            new = self.config
+        errors: list[str] = []
+        new = self._reread(errors)
         old = self.config
         pipeline = self.inference.pipeline
         if new.model != old.model:
             try:
-                pipeline = self.open_pipeline(new.model)
-                self.inference.offer(pipeline)  # adopted between frames
-            except EdgeError as exc:
-                log.error("reload: keeping the running model: %s", exc)
+                candidate = self.open_pipeline(new.model)
+            except Exception as exc:  # an unreadable folder is an OSError
+                errors.append(f"model: {first_line(exc)}")
+                log.error("reload: keeping the running model: %s", first_line(exc))
                 new = replace(new, model=old.model)
+            else:
+                pipeline = candidate
+                self.inference.offer(pipeline)  # adopted between frames
         if new.store != old.store:
-            self.store = make_store(new.store)
-            self.inference.at_core = new.store.size == "core"  # from the next frame
+            new = self._switch_store(new, old, errors)
         if new.store != old.store or new.camera.source != old.camera.source:
             self.writer.reconfigure(self.store, new.camera.source)
         streams = camera_streams(new, pipeline)
         if new.camera != old.camera or streams != self.streams:
             self.capture.reconfigure(new.camera, streams)
             self.streams = streams
-        if new is not old:
-            log.info("reload: config %s applied", path or "(defaults)")
+        if new is not old and not errors:
+            log.info("reload: config %s applied", self.config.path or "(defaults)")
         self.config = new
+        self.last_reload = {
+            "ok": not errors,
+            "at": iso(time.time()),
+            "error": "; ".join(errors) or None,
+        }
         self.state = "running"
         self.write_status()
         self.notifier.ready(self.status_text())
 
+    def _reread(self, errors: list[str]) -> config_mod.Config:
+        """The config file again, with the flags over it; the running one if it fails."""
+        path = self.config.path
+        try:
+            new = config_mod.load(path) if path else self.config
+            return config_mod.with_overrides(new, self.overrides)
+        except Exception as exc:  # whatever the file holds, keep running
+            errors.append(f"config: {first_line(exc)}")
+            log.error("reload: keeping the running config: %s", first_line(exc))
+            return self.config
+
+    def _switch_store(
+        self, new: config_mod.Config, old: config_mod.Config, errors: list[str]
+    ) -> config_mod.Config:
+        """Write to ``new``'s store from the next frame, checked as at start; the old
+        store's status.json says where the frames went. On refusal, keep the old."""
+        try:
+            store = make_store(new.store)
+            if store.root != self.store.root:
+                refuse_unsafe(store.root)
+        except Exception as exc:  # an unsafe or unusable directory
+            errors.append(f"store: {first_line(exc)}")
+            log.error("reload: keeping the running store: %s", first_line(exc))
+            return replace(new, store=old.store)
+        if store.root != self.store.root:
+            self.state = f"moved to {store.root}"
+            self.write_status()
+            self.state = "reloading"
+        self.store = store
+        self.inference.at_core = new.store.size == "core"  # from the next frame
+        return new
+
     # -- running ---------------------------------------------------------------------
     def run(self) -> int:
         faulthandler.enable()
+        wake_r, wake_w = socket.socketpair()
+        for end in (wake_r, wake_w):
+            end.setblocking(False)
+        previous_fd = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         previous = {
             sig: signal.signal(sig, self._on_signal)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -265,30 +322,51 @@ class Daemon:
                 ("write", self.writer.run),
             ):
                 self.heartbeats[name] = time.monotonic()
-                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread = threading.Thread(
+                    target=self._guarded, args=(name, target), name=name, daemon=True
+                )
                 thread.start()
                 self._threads.append(thread)
             self.state = "running"
             self.notifier.ready(self.status_text())
             log.info("running: store %s, source %s", self.store.root, self.config.camera.source)
-            return self._main_loop()
+            return self._main_loop(wake_r)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            signal.set_wakeup_fd(previous_fd)
+            wake_r.close()
+            wake_w.close()
+
+    def _guarded(self, name: str, target: Callable[[], None]) -> None:
+        """A thread's loop; an error none of its handling expected ends the daemon
+        (a half-working daemon that no one restarts is worse than a restart)."""
+        try:
+            target()
+        except BaseException as exc:
+            log.critical("thread %s died", name, exc_info=True)
+            self.died.setdefault(name, first_line(exc))
+            self.stop_event.set()
 
     def stuck_threads(self) -> list[str]:
         now = time.monotonic()
         limit = self.config.daemon.stuck_after
         return [n for n, t in self.heartbeats.items() if now - t > limit]
 
-    def _main_loop(self) -> int:
+    def _main_loop(self, wake: socket.socket) -> int:
         interval = self.notifier.watchdog_interval
         next_status = next_ping = 0.0
         states: tuple[object, ...] = ()
         while not self.stop_event.is_set():
-            self.stop_event.wait(0.2)
-            if self.reload_requested.is_set():
-                self.reload_requested.clear()
+            select.select([wake], [], [], 0.2)
+            with contextlib.suppress(OSError):
+                wake.recv(4096)  # the signals' wakeup bytes
+            if self._stop_signalled:
+                self.stop_event.set()
+                break
+            self._ended_early()
+            if self._reload_signalled and not self.stop_event.is_set():
+                self._reload_signalled = False
                 self.reload()
             now = time.monotonic()
             stuck = self.stuck_threads()
@@ -313,7 +391,16 @@ class Daemon:
                 self.write_status()
         return self._stop()
 
+    def _ended_early(self) -> None:
+        """A thread that returned while the daemon runs has died too (it owns a loop)."""
+        for thread in self._threads:
+            if not thread.is_alive() and not self.stop_event.is_set():
+                self.died.setdefault(thread.name, "ended")
+                log.critical("thread %s ended while the daemon runs", thread.name)
+                self.stop_event.set()
+
     def _stop(self) -> int:
+        self._ended_early()
         self.state = "stopping"
         self.notifier.stopping("stopping")
         log.info("stopping: %s", self.status_text())
@@ -324,10 +411,27 @@ class Daemon:
         if alive:
             log.warning("threads still busy at exit: %s", ", ".join(alive))
         self.state = "stopped" if not alive else f"stopped with {', '.join(alive)} still busy"
+        if self.died:
+            name, why = next(iter(self.died.items()))
+            self.state = f"failed: thread {name} died: {why}"
+            self.notifier.status(self.state)
         self.write_status()
         if "infer" not in alive:  # a wedged inference may hold the model; exit anyway
             self.inference.close()
-        return 0
+        return EXIT_THREAD_DIED if self.died else 0
+
+
+def _persist_status(persist: Persistence | None) -> dict[str, Any] | None:
+    if persist is None:
+        return None
+    state, reason = persist.state
+    return {
+        "dir": str(persist.directory),
+        "state": state,
+        "reason": reason,
+        "copied": persist.copied,
+        "failed": persist.failed,
+    }
 
 
 def _said(state: tuple[str, str | None]) -> str:

@@ -143,7 +143,6 @@ class Writer:
         store = self.store
         try:
             path = store.write(item.depth, record)
-            store.maybe_persist(path)
         except OSError as exc:
             self.counters.failed += 1
             store.ready = False  # re-prepare next time: the mount may come back
@@ -161,6 +160,8 @@ class Writer:
         self.state = ("ok", None)
         self.counters.written += 1
         self.window.add(time.monotonic(), latency_ms)
+        if store.persist is not None:
+            store.persist.maybe_copy(path)  # its failures are its own (Persistence)
 
 
 def iso(t: float) -> str:

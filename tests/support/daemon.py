@@ -62,10 +62,17 @@ class DaemonProcess:
         watchdog_usec: int | None = None,
         env: dict[str, str] | None = None,
         command: tuple[str, ...] = RUN,
+        uid: int | None = None,
     ) -> None:
         """``python COMMAND ARGS``: the daemon (``da3-edge run``), or with
-        ``command=FAKE_CORES`` the same daemon with FakeCores (tests.support.fakedaemon)."""
+        ``command=FAKE_CORES`` the same daemon with FakeCores (tests.support.fakedaemon);
+        with ``uid``, as that user (``setpriv``: CI runs as root, where permissions
+        prove nothing), which must be able to reach ``tmp`` and what the config names."""
         self.notify = Notifications(tmp / "notify.sock")
+        as_user: list[str] = []
+        if uid is not None:
+            self.notify.path.chmod(0o777)  # the user sends to it
+            as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         self.log_path = tmp / "daemon.log"
         full_env = {
             k: v
@@ -79,7 +86,7 @@ class DaemonProcess:
         full_env.update(env or {})
         self._log = open(self.log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, *command, *args],
+            [*as_user, sys.executable, *command, *args],
             cwd=ROOT,
             env=full_env,
             stdout=self._log,
