@@ -10,6 +10,7 @@ from __future__ import annotations
 from edge.errors import (
     CameraError,
     CameraTimeout,
+    CameraWedged,
     CardError,
     ConfigError,
     EdgeError,
@@ -40,6 +41,7 @@ def __getattr__(name: str) -> str:
 __all__ = [
     "CameraError",
     "CameraTimeout",
+    "CameraWedged",
     "CardError",
     "ConfigError",
     "EdgeError",

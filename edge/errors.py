@@ -86,6 +86,11 @@ class CameraTimeout(CameraError, TimeoutError):
     """No frame within the timeout."""
 
 
+class CameraWedged(EdgeError, RuntimeError):
+    """A camera that did not close: a driver call is stuck, and only a new process gets
+    the camera back (the daemon exits; systemd starts it again)."""
+
+
 def report(message: object) -> None:
     """The one-line error every command prints: ``da3-edge: error: MESSAGE``."""
     print(f"da3-edge: error: {message}", file=sys.stderr)

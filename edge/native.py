@@ -15,18 +15,29 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 ENV_LITERT_LOG = "DA3_EDGE_LITERT_LOG"
+# fd 2 is the process's: one capture at a time, or a second thread's would restore the
+# first's temporary file as fd 2. Reentrant: a capture may nest in its own thread.
+_FD2 = threading.RLock()
 
 
 @contextlib.contextmanager
 def captured_stderr(box: list[str]) -> Iterator[None]:
-    """Redirect fd 2 to a temporary file for the block; append what was written."""
+    """Redirect fd 2 to a temporary file for the block; append what was written.
+    Another thread's capture waits for this one."""
     if os.environ.get(ENV_LITERT_LOG) == "1":
         yield
         return
+    with _FD2, _redirected(box):
+        yield
+
+
+@contextlib.contextmanager
+def _redirected(box: list[str]) -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as tmp:

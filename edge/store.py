@@ -22,7 +22,7 @@ The cap is ``max_bytes``, bounded by ``FS_SHARE`` of the filesystem the store is
 ``/run`` is a tmpfs sized from RAM (100-200 MB on a 1 GB Pi 5), shared with the rest of
 the system. When the filesystem fills anyway (someone else's files), the oldest frames
 are pruned, never ``latest``, the write is tried once more, and the cap shrinks to the
-room found until the store is prepared again.
+room found; it grows back, up to the fitted cap, as room comes back.
 
 Optional persistence (``Persistence``) copies the newest frame to ``persist_dir`` at
 most once every ``persist_every`` seconds (durably: fsync), keeping ``persist_keep``:
@@ -91,7 +91,7 @@ class FrameStore:
         self.persist = (
             Persistence(persist_dir, persist_every, persist_keep) if persist_dir else None
         )
-        self.cap = max_bytes  # the ring's byte bound in force (see prepare)
+        self.fitted = self.cap = max_bytes  # the ring's byte bounds (see prepare)
         self._sizes: dict[int, int] = {}
         self._next_seq = 0
         self.ready = False
@@ -115,7 +115,7 @@ class FrameStore:
         for stale in self.root.glob(f".{LATEST}.*"):
             stale.unlink(missing_ok=True)
         self.instance = self._instance_id()
-        self.cap = self._fitted_cap()
+        self.fitted = self.cap = self._fitted_cap()
         self.ready = True
 
     def _fitted_cap(self) -> int:
@@ -124,6 +124,8 @@ class FrameStore:
         share = int(fs.f_blocks * fs.f_frsize * FS_SHARE)
         if share >= self.max_bytes:
             return self.max_bytes
+        if share == self.fitted:
+            return share  # said at the first prepare; the writer prepares again after faults
         log.info(
             "store: %s is on a filesystem of %s: the ring keeps at most %s (%d%% of it), "
             "not store.max_bytes %s",
@@ -226,6 +228,9 @@ class FrameStore:
 
     def _prune(self, incoming: int) -> None:
         """Delete the oldest frames until one more of ``incoming`` bytes fits the ring."""
+        if self.cap < self.fitted:  # shrunk by a full filesystem: grow into the room back
+            room = self.bytes + _free(self.root) - incoming
+            self.cap = min(self.fitted, max(self.cap, room))
         while self._sizes and (
             len(self._sizes) + 1 > self.keep_frames or self.bytes + incoming > self.cap
         ):

@@ -4,6 +4,8 @@ operator, the demos, the daemon tests and the systemd container all use."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,11 +15,12 @@ import pytest
 from PIL import Image
 
 from edge.camera import open_source
+from edge.camera.base import CLOSE_GRACE
 from edge.camera.fake import FakeCamera, Step, parse_script
 from edge.camera.opencv import OpenCVSource
 from edge.camera.picamera2 import Picamera2Source
 from edge.camera.replay import ReplaySource
-from edge.errors import CameraError, CameraTimeout, UsageError
+from edge.errors import CameraError, CameraTimeout, CameraWedged, UsageError
 
 from .support import ROOT
 
@@ -524,3 +527,19 @@ def test_streams_for_a_core() -> None:
     assert Streams.for_core(1280, 720, 504, full=True) == Streams((504, 284), True)
     assert Streams.for_core(720, 1280, 504, full=True) == Streams((284, 504), True)
     assert Streams.for_core(320, 240, 504, full=True) == Streams(None, True)
+
+
+def test_a_picamera2_stop_that_never_returns_is_a_wedged_camera() -> None:
+    """picamera2's stop() can block after a cable fault ("Dequeue timer ... expired"):
+    close gives up after the read timeout and CLOSE_GRACE, and says so."""
+
+    class Stuck:
+        def stop(self) -> None:
+            threading.Event().wait()
+
+    source = Picamera2Source(timeout=0.5)
+    source._cam = Stuck()
+    start = time.monotonic()
+    with pytest.raises(CameraWedged, match=r"stop\(\) did not return within 3.5 s"):
+        source.close()
+    assert time.monotonic() - start < 0.5 + CLOSE_GRACE + 2

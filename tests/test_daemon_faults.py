@@ -218,3 +218,18 @@ def test_a_thousand_frames_on_a_1gb_pi_run(tmp_path: Path) -> None:
         print({k: v for k, v in c.items() if not isinstance(v, dict)}, f"store {used} B")
         assert c["written"] == 1000 and c["failed_write"] == 0, c
         assert latest_seq(store) == 999 and used <= 50 << 20
+
+
+def test_a_camera_that_will_not_close_ends_the_daemon(models: Path, tmp_path: Path) -> None:
+    """A driver stuck in its close (picamera2's stop() after a cable fault): waiting on
+    it would beat the heart forever and never get the camera back; the daemon exits."""
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:ok*5,wedge", store, models)
+    with fake_daemon(tmp_path, cfg) as d:
+        d.wait_for(lambda: d.proc.poll() is not None, what="the exit")
+        code = d.proc.returncode
+    print(d.log[-800:])
+    assert code == 70
+    assert "camera: fake did not close within 4 s: exiting, so that a new process" in d.log
+    assert "Traceback" not in d.log
+    assert read_status(store)["state"].startswith("failed: thread capture died: camera: fake")

@@ -16,7 +16,7 @@ import pytest
 from scripts.soak import sample
 from scripts.soak.report import recheck
 from scripts.soak.rules import Run, accounting, check
-from scripts.soak.schedule import KEEP_FRAMES, RESTART_SEC, SETTLE, schedule, windows
+from scripts.soak.schedule import KEEP_FRAMES, RESTART_SEC, RESTARTS, SETTLE, schedule, windows
 
 
 def status(captured: int, written: int, in_flight: int = 0, **parts: int) -> dict[str, Any]:
@@ -33,13 +33,14 @@ def test_schedule_leaves_the_windows_quiet(minutes: int) -> None:
     faults = schedule(seconds)
     (a0, _), (b0, _) = windows(seconds)
     assert [f.at for f in faults] == sorted(f.at for f in faults)
-    kills = [f for f in faults if f.kind == "kill"]
-    # The restart (RestartSec and a start) is over before the first memory window.
-    assert kills and all(f.at + RESTART_SEC + SETTLE < a0 for f in kills)
+    ends = [f for f in faults if f.kind in RESTARTS]
+    # The restarts (RestartSec and a start) are over before the first memory window.
+    assert len(ends) == 2 and all(f.at + RESTART_SEC + SETTLE < a0 for f in ends)
+    assert ends[1].at - ends[0].at > RESTART_SEC + SETTLE  # the second finds a running daemon
     assert max(f.end for f in faults) + SETTLE < b0
     assert {f.kind for f in faults} >= {
-        "kill", "camera-error", "camera-hang", "disk-full", "read-only", "reload-good",
-        "reload-bad",
+        "kill", "camera-crash", "camera-error", "camera-hang", "disk-full", "read-only",
+        "reload-good", "reload-bad", "reload-not-utf8", "reload-model-locked",
     }  # fmt: skip
     hang = next(f for f in faults if f.kind == "camera-hang")
     assert hang.hold < 20.0  # shorter than daemon.stuck_after: a camera hang, not a stuck daemon
@@ -64,18 +65,19 @@ def made_up(**change: Any) -> SimpleNamespace:
     """A clean three-minute soak: flat, steady, within the ring, every fault recovered."""
     seconds = 180.0
     faults = schedule(seconds)
-    restart = faults[0].at + RESTART_SEC
+    crash, kill = (next(f for f in faults if f.kind == k) for k in RESTARTS)
     samples = []
     for i in range(37):
         t = i * 5.0
-        pid = 1 if t < faults[0].at else 2
+        pid = 1 if t < crash.at else 2 if t < kill.at else 3
         samples.append(
             {"t": t, "pid": pid, "rss_kib": 240 * 1024, "fds": 13, "threads": 7,
              "store_frames": 5, "store_bytes": 20 << 20, "written": int(2 * t) + 1}
         )  # fmt: skip
     runs = [
-        Run(1, 0.0, faults[0].at, "killed", -9, status(40, 38, 2)),
-        Run(2, restart, seconds, "stopped", 0, status(300, 280, 0, failed_write=20)),
+        Run(1, 0.0, crash.at, "exited 70", 70, status(14, 14)),
+        Run(2, crash.at + RESTART_SEC, kill.at, "killed", -9, status(40, 38, 2)),
+        Run(3, kill.at + RESTART_SEC, seconds, "stopped", 0, status(300, 280, 0, failed_write=20)),
     ]
     fake = SimpleNamespace(
         seconds=seconds, samples=samples, runs=runs, faults=faults,
@@ -127,16 +129,16 @@ def test_each_rule_fails_on_its_fault() -> None:
     assert "accounting" in failing(fake)
 
     fake = made_up()
-    late = Run(3, 100.0, None, "stopped", 0, status(5, 5))  # a restart inside the windows
-    fake.runs.insert(2, late)
+    late = Run(4, 100.0, None, "stopped", 0, status(5, 5))  # a restart inside the windows
+    fake.runs.insert(3, late)
     assert "rss_flat" in failing(fake)
 
     fake = made_up()
-    fake.runs[0].orphans = [4242]  # the killed daemon's worker lived on
+    fake.runs[1].orphans = [4242]  # the killed daemon's worker lived on
     assert failing(fake) == {"no_orphans"}
 
     fake = made_up()
-    stalled_from = fake.faults[3].at  # nothing written after the disk filled
+    stalled_from = next(f.at for f in fake.faults if f.kind == "disk-full")  # nothing after
     for s in fake.samples:
         if s["t"] >= stalled_from:
             s["written"] = int(2 * stalled_from)

@@ -43,6 +43,7 @@ class Frame:
 
 
 AF_MODES = ("continuous", "auto", "manual", "off")
+CLOSE_GRACE = 3.0  # seconds a source's close may take past its read timeout: then wedged
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ first, then carries on with good frames. Each step is one of:
 ``openfail[*N]``   the next N ``open()`` calls fail (camera unplugged)
 ``fps:RATE``       frames per second from here on
 ``end``            every later read raises ``CameraError`` (camera gone for good)
+``wedge``          one read that fails, and the close after it never returns (a
+                   driver stuck in ``stop()``: only a new process gets it back)
 ``crash``          one read that raises ``RuntimeError``, which no camera error
                    handling catches (a bug: the capture thread dies, and the
                    daemon with it, so that systemd restarts it)
@@ -36,7 +38,7 @@ import numpy as np
 from edge.camera.base import Frame, SourceBase
 from edge.errors import CameraError, CameraTimeout, UsageError
 
-STEPS = ("ok", "error", "timeout", "hang", "freeze", "openfail", "fps", "end", "crash")
+STEPS = ("ok", "error", "timeout", "hang", "freeze", "openfail", "fps", "end", "crash", "wedge")
 
 
 @dataclass
@@ -95,6 +97,7 @@ class FakeCamera(SourceBase):
         self._next_due = 0.0
         self._pending_openfails = 0
         self._gone = False
+        self._wedged = False
         self._lock = threading.Lock()
         yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
         self._xx, self._yy = xx / max(width, 1), yy / max(height, 1)
@@ -143,7 +146,7 @@ class FakeCamera(SourceBase):
     def read(self, timeout: float) -> Frame:
         if not self.is_open:
             raise CameraError("fake camera: not open")
-        step = self._take(("ok", "error", "timeout", "hang", "freeze", "end", "crash"))
+        step = self._take(("ok", "error", "timeout", "hang", "freeze", "end", "crash", "wedge"))
         kind = "end" if self._gone else (step.kind if step else "ok")
         if kind == "end":
             self._gone = True
@@ -152,6 +155,9 @@ class FakeCamera(SourceBase):
             raise CameraError("fake camera: read failed (scripted)")
         if kind == "crash":
             raise RuntimeError("fake camera: crashed (scripted)")
+        if kind == "wedge":
+            self._wedged = True
+            raise CameraError("fake camera: read failed, and it will not close (scripted)")
         if kind == "timeout":
             time.sleep(timeout)
             raise CameraTimeout(f"fake camera: no frame within {timeout:g} s (scripted)")
@@ -169,4 +175,6 @@ class FakeCamera(SourceBase):
         return self._last
 
     def close(self) -> None:
+        if self._wedged:
+            threading.Event().wait()  # never returns, as a wedged driver's stop()
         self.is_open = False

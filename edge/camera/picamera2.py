@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from edge.camera.base import Frame, SourceBase
+from edge.camera.base import CLOSE_GRACE, Frame, SourceBase
 from edge.camera.formats import to_rgb_for, yuv_encoding
-from edge.errors import CameraError, CameraTimeout
+from edge.errors import CameraError, CameraTimeout, CameraWedged
 
 
 class Picamera2Source(SourceBase):
@@ -284,7 +284,11 @@ class Picamera2Source(SourceBase):
 
         closer = threading.Thread(target=stop, name="picamera2-close", daemon=True)
         closer.start()
-        closer.join(self.timeout + 3.0)  # a wedged stop() must not wedge the daemon
+        closer.join(self.timeout + CLOSE_GRACE)  # a wedged stop() must not wedge the daemon
+        if closer.is_alive():
+            raise CameraWedged(
+                f"picamera2: stop() did not return within {self.timeout + CLOSE_GRACE:g} s"
+            )
 
 
 def _smoothed(previous: float | None, step: float) -> float:

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge.camera import CameraError, Frame, Source, Streams, open_source
+from edge.camera.base import CLOSE_GRACE
 from edge.config import CameraConfig
+from edge.errors import CameraWedged
 
 log = logging.getLogger("edge.daemon")
 
@@ -160,7 +162,7 @@ class Capture:
             try:
                 reason, delivered = self._read_until_fault(source)
             finally:
-                source.close()
+                self._close(source)
             if reason is None:
                 return  # stopping
             if reason == "reload" or delivered >= 3:
@@ -174,6 +176,18 @@ class Capture:
             if not self._sleep(backoff):
                 return
             backoff = min(backoff * 2, self._config.backoff_max)
+
+    def _close(self, source: Source) -> None:
+        """Close ``source`` within its read timeout and CLOSE_GRACE, or raise
+        CameraWedged: a driver stuck in its close keeps the camera from any reopen, and
+        a thread waiting on it forever would beat no heart; ending the daemon lets
+        systemd start a process that gets the camera back."""
+        closer = threading.Thread(target=source.close, name="camera-close", daemon=True)
+        closer.start()
+        bound = self._config.timeout + CLOSE_GRACE
+        closer.join(bound)
+        if closer.is_alive():
+            raise CameraWedged(f"camera: {source.name} did not close within {bound:g} s")
 
     def _read_until_fault(self, source: Source) -> tuple[str | None, int]:
         """Read until stop (None), reload ("reload"), an error or a stall (a reason);

@@ -30,7 +30,7 @@ from edge.daemon import status
 from edge.daemon.capture import Capture, Mailbox
 from edge.daemon.inference import Inference, Results
 from edge.daemon.writer import Writer, iso
-from edge.errors import EdgeError, first_line
+from edge.errors import CameraWedged, EdgeError, first_line
 from edge.follow import refuse_unsafe
 from edge.pipeline import Pipeline, PipelineSpec
 from edge.store import FrameStore, Persistence, default_store_dir
@@ -343,6 +343,10 @@ class Daemon:
         (a half-working daemon that no one restarts is worse than a restart)."""
         try:
             target()
+        except CameraWedged as exc:  # expected, and said in one line
+            log.critical("%s: exiting, so that a new process gets the camera back", exc)
+            self.died.setdefault(name, first_line(exc))
+            self.stop_event.set()
         except BaseException as exc:
             log.critical("thread %s died", name, exc_info=True)
             self.died.setdefault(name, first_line(exc))

@@ -10,11 +10,13 @@ would be (systemd/da3-edge.service): sd_notify over a real AF_UNIX socket, a wat
 WatchdogSec=30 (no ping for 30 s: SIGABRT), Restart=on-failure after RestartSec=5, and
 the start limit (5 starts in 300 s: the run fails). The fake camera (640x480, 2
 frames/s) stands in for the sensor; the store is a size-limited tmpfs of its own, in a
-private mount namespace. The faults, at the same fractions of any length of run
-(``schedule``): a SIGKILL (then the restart), camera read errors, a camera hang shorter
-than ``daemon.stuck_after`` (the fake's script), a full disk (a filler file) and a
-read-only store (a tmpfs remount), a good SIGHUP reload and a bad one (a config that
-does not parse). A consumer follows ``latest`` throughout (edge.follow) and reads every
+private mount namespace, smaller than the ring's ``store.max_bytes``. The faults, at
+the same fractions of any length of run (``schedule``): a thread's crash and a SIGKILL
+(then the restarts), camera read errors, a camera hang shorter than
+``daemon.stuck_after`` (the fake's script), a full disk (a filler file) and a read-only
+store (a tmpfs remount), a good SIGHUP reload and three bad ones (a config that does not
+parse, one that is not UTF-8, a model folder the daemon may not enter: it runs without
+the capabilities that skip permission checks). A consumer follows ``latest`` throughout (edge.follow) and reads every
 frame it is told of.
 
 Every ``--sample-every`` seconds it records the summed VmRSS, open fds and threads of

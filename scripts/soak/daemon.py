@@ -23,12 +23,16 @@ from .sample import process_tree
 from .schedule import (
     IN_FLIGHT_WORKERS,
     KEEP_FRAMES,
+    MAX_BYTES,
     RESTART_SEC,
     START_LIMIT,
-    STORE_MIB,
     WATCHDOG_SEC,
     Fault,
 )  # fmt: skip
+
+# The faults the fake camera's script plays, as its steps.
+CAMERA_STEPS = {"camera-error": "error*3", "camera-hang": "hang:{hold:g}", "camera-crash": "crash"}
+NOBODY = 65534
 
 
 @dataclass
@@ -61,14 +65,18 @@ class Daemon:
         camera fault is due, then the fault (at the camera's rate, so roughly on time)."""
         steps, t = [f"fps:{self.fps:g}"], self.now()
         for fault in faults:
-            if fault.kind not in ("camera-error", "camera-hang") or fault.at <= t:
+            if fault.kind not in CAMERA_STEPS or fault.at <= t:
                 continue
             steps.append(f"ok*{max(1, round((fault.at - t) * self.fps))}")
-            steps.append("error*3" if fault.kind == "camera-error" else f"hang:{fault.hold:g}")
+            steps.append(CAMERA_STEPS[fault.kind].format(hold=fault.hold))
             t = fault.end
         return ",".join(steps)
 
-    def write_config(self, faults: list[Fault], *, broken: bool = False) -> None:
+    def write_config(
+        self, faults: list[Fault], *, broken: str = "", models: Path | None = None
+    ) -> None:
+        """The config, with the camera's script from now on; ``broken``: "toml" (does not
+        parse) or "utf8" (a comment saved in Latin-1); ``models``: another model.dir."""
         w, h = self.size
         text = f"""# written by python -m scripts.soak
 [camera]
@@ -76,22 +84,37 @@ source = "fake:{self.camera_script(faults)}"
 width = {w}
 height = {h}
 [model]
-dir = "{self.models}"
+dir = "{models or self.models}"
 precision = "{self.precision}"
 threads = {self.threads}
 workers = {IN_FLIGHT_WORKERS}
 [store]
 dir = "{self.store}"
 keep_frames = {self.keep_frames}
-max_bytes = {STORE_MIB * 1024 * 1024 // 2}
+max_bytes = {MAX_BYTES}
 [daemon]
 status_every = 2.0
 """
-        if broken:
-            text += "this is not = = toml\n"
+        data = text.encode()
+        if broken == "toml":
+            data += b"this is not = = toml\n"
+        elif broken == "utf8":
+            data += "# caméra du salon\n".encode("latin-1")
         tmp = self.config.with_suffix(".tmp")
-        tmp.write_text(text)
+        tmp.write_bytes(data)
         tmp.replace(self.config)
+
+    def locked_models(self) -> Path:
+        """A model folder the daemon cannot enter: behind a directory of another user's,
+        0700 (as a home under ProtectHome= is to the service)."""
+        locked = self.out / "locked"
+        locked.mkdir(exist_ok=True)
+        link = locked / "models"
+        if not link.is_symlink():
+            link.symlink_to(self.models)
+        os.chown(locked, NOBODY, NOBODY)
+        locked.chmod(0o700)
+        return link
 
     # -- the process --------------------------------------------------------------------
     def start(self, faults: list[Fault]) -> None:
@@ -110,9 +133,12 @@ status_every = 2.0
             WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1e6)),
             PYTHONUNBUFFERED="1",
         )
+        # Root, but without the capabilities that skip permission checks: file modes
+        # bind the daemon as they bind the unit's user.
+        unprivileged = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
         with open(self.out / "daemon.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "edge", "run", "--config", str(self.config)],
+                [*unprivileged, sys.executable, "-m", "edge", "run", "--config", str(self.config)],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.runs.append(Run(self.proc.pid, self.now()))

@@ -8,7 +8,15 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from .schedule import IN_FLIGHT_WORKERS, KEEP_FRAMES, SETTLE, STORE_MIB, Fault, windows
+from .schedule import (
+    IN_FLIGHT_WORKERS,
+    KEEP_FRAMES,
+    RESTARTS,
+    RING_BYTES,
+    SETTLE,
+    Fault,
+    windows,
+)  # fmt: skip
 
 RSS_FLAT_MIB = 5.0
 Sample = dict[str, Any]
@@ -118,7 +126,7 @@ def steady(key: str, quiet: list[Sample]) -> Rule:
 
 
 def store_in_ring(samples: list[Sample], faults: list[Fault]) -> Rule:
-    max_bytes = STORE_MIB * 1024 * 1024 // 2
+    max_bytes = RING_BYTES
     reload = next(f.at for f in faults if f.kind == "reload-good") + SETTLE
     over = [
         s
@@ -138,13 +146,20 @@ def store_in_ring(samples: list[Sample], faults: list[Fault]) -> Rule:
 
 def frames_after_every_fault(samples: list[Sample], faults: list[Fault]) -> Rule:
     """The daemon's written count grew between the first sample after the fault ended
-    and the last one from the same process 2 x SETTLE or more later."""
+    and the last one from the same process 2 x SETTLE or more later; after a fault that
+    ends the process, between the restarted process's first sample and its last."""
     recovered = {}
     for fault in faults:
         after = [s for s in samples if s["t"] >= fault.end and s["written"] is not None]
-        later = [
-            s for s in after[1:] if s["pid"] == after[0]["pid"] and s["t"] >= fault.end + 2 * SETTLE
-        ]  # fmt: skip
+        if fault.kind in RESTARTS:
+            ended = [s["pid"] for s in samples if s["t"] < fault.at][-1:]
+            after = [s for s in after if s["pid"] not in ended]
+            later = [s for s in after[1:] if s["pid"] == after[0]["pid"]]
+        else:
+            later = [
+                s for s in after[1:]
+                if s["pid"] == after[0]["pid"] and s["t"] >= fault.end + 2 * SETTLE
+            ]  # fmt: skip
         grew = later[-1]["written"] - after[0]["written"] if later else 0
         recovered[f"{fault.kind}@{fault.at:.0f}s"] = grew
     return {

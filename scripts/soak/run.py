@@ -128,11 +128,12 @@ class Soak:
             daemon.keep_frames = KEEP_FRAMES[1]
             daemon.write_config(faults)
             daemon.proc.send_signal(signal.SIGHUP)
-        elif fault.kind == "reload-bad":
-            daemon.write_config(faults, broken=True)
-            daemon.proc.send_signal(signal.SIGHUP)
-            self.wait_for_log("reload: keeping the running config", 10.0)
-            daemon.write_config(faults)  # as an operator would, later
+        elif fault.kind in ("reload-bad", "reload-not-utf8"):
+            daemon.write_config(faults, broken="toml" if fault.kind == "reload-bad" else "utf8")
+            self.refused_reload("reload: keeping the running config", fault)
+        elif fault.kind == "reload-model-locked":
+            daemon.write_config(faults, models=daemon.locked_models())
+            self.refused_reload("reload: keeping the running model", fault)
         elif fault.kind == "disk-full":
             self.fill_disk(fault)
         elif fault.kind == "read-only":
@@ -141,9 +142,18 @@ class Soak:
                 self.hold(fault)
             finally:
                 subprocess.run(["mount", "-o", "remount,rw", str(self.mount)], check=True)
-        # camera-error and camera-hang: in the fake's script since the start.
+        # camera-error, -hang and -crash: in the fake's script since the start.
         if fault.kind in ("disk-full", "read-only"):  # held here; a camera's hang is its own
             self.event(f"{fault.kind} over")
+
+    def refused_reload(self, refusal: str, fault: Fault) -> None:
+        """SIGHUP with the bad config in place, the refusal awaited, the good config
+        back (as an operator would, later)."""
+        assert self.daemon.proc is not None
+        self.daemon.proc.send_signal(signal.SIGHUP)
+        if not self.wait_for_log(refusal, 10.0):
+            self.event(f"{fault.kind}: no refusal logged within 10 s")
+        self.daemon.write_config(self.faults)
 
     def fill_disk(self, fault: Fault) -> None:
         filler = self.mount / "filler"
