@@ -14,7 +14,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +166,7 @@ class Pipeline(Closing):
             if a.precision == spec.precision and size_of(a.shape) == self.size
         }
         self._cores: dict[tuple[tuple[int, int], int], CoreLike] = {}
+        self._used: dict[tuple[tuple[int, int], int], float] = {}  # monotonic, by core()
 
     @classmethod
     def load(
@@ -220,7 +221,22 @@ class Pipeline(Closing):
         key = (shape, worker)
         if key not in self._cores:
             self._cores[key] = self._open_core(self.core_spec(artifact))
+        self._used[key] = time.monotonic()
         return self._cores[key], artifact
+
+    def close_idle(self, seconds: float, keep: Collection[CoreLike] = ()) -> list[str]:
+        """Close the cores not used for ``seconds``, but those in ``keep``; their shapes
+        (``HxW``). A camera that changed its aspect ratio would otherwise leave its old
+        core resident: a worker process of ~250 MB under the unit's MemoryMax."""
+        now, closed = time.monotonic(), []
+        for key, core in list(self._cores.items()):
+            if any(core is k for k in keep) or now - self._used.get(key, now) < seconds:
+                continue
+            del self._cores[key]
+            self._used.pop(key, None)
+            core.close()
+            closed.append("x".join(map(str, key[0])))
+        return closed
 
     def core_spec(self, artifact: Artifact) -> CoreSpec:
         """The CoreSpec for one of the manifest's cores (size and hash checked)."""

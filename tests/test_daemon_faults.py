@@ -13,17 +13,31 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from edge import config as config_mod
+from edge.camera import Frame
+from edge.config import ModelConfig
+from edge.daemon import Daemon
+from edge.daemon.inference import Result, Results
+from edge.daemon.writer import Writer
 from edge.fakecore import fake_models
 from edge.models import size_shapes
+from edge.pipeline import Pipeline
+from edge.store import FrameStore
+from edge.systemd import Notifier
 
-from .support.daemon import FAKE_CORES, DaemonProcess, frame_dirs, write_config
+from .support import fakedaemon
+from .support.daemon import FAKE_CORES, DaemonProcess, Notifications, frame_dirs, write_config
 from .support.fakedaemon import SHAPES
+from .support.store import depth_frame
 from .support.tools import run_main, tmpfs
 
 NOBODY = 65534
@@ -233,3 +247,120 @@ def test_a_camera_that_will_not_close_ends_the_daemon(models: Path, tmp_path: Pa
     assert "camera: fake did not close within 4 s: exiting, so that a new process" in d.log
     assert "Traceback" not in d.log
     assert read_status(store)["state"].startswith("failed: thread capture died: camera: fake")
+
+
+def test_the_windows_latency_counts_the_write(tmp_path: Path) -> None:
+    """status.json's latency is capture to published: a store that takes 0.3 s to write
+    a frame (an SD card, a busy tmpfs) shows in it."""
+
+    class SlowStore(FrameStore):
+        def write(self, frame: Any, record: dict[str, Any]) -> Path:
+            time.sleep(0.3)
+            return super().write(frame, record)
+
+    results, stop = Results(), threading.Event()
+    writer = Writer(
+        SlowStore(tmp_path / "s"), "fake", results, stop, lambda: None,
+        dropped_stale=lambda: 0, max_frames=2,
+    )  # fmt: skip
+    for n in range(2):
+        camera = Frame(np.zeros((4, 4, 3), np.uint8), n, time.time(), time.monotonic())
+        results.put(Result(depth_frame(n), camera, 1))
+    writer.run()  # writes both, then stops (max_frames)
+    p50 = writer.window.summary()["latency_ms"]["p50"]
+    print(f"latency p50 {p50} ms")
+    assert p50 >= 300
+
+
+def test_a_slow_model_load_in_a_reload_keeps_the_watchdog_fed(models: Path, tmp_path: Path) -> None:
+    """A reload's model load takes minutes on an SD card (hashing), while the other
+    threads go on writing frames with the running model: the watchdog is pinged all
+    along, and a stop asked meanwhile is not held up by the load."""
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:30", store, models)
+    notify = Notifications(tmp_path / "notify.sock")
+    loads: list[float] = []
+
+    def open_pipeline(model: ModelConfig) -> Pipeline:
+        loads.append(time.monotonic())
+        if len(loads) > 1:
+            time.sleep(3.0)  # the reload's load
+        return fakedaemon.open_pipeline(model)
+
+    daemon = Daemon(
+        config_mod.load(cfg), Notifier(str(notify.path), watchdog_usec=1_000_000),
+        open_pipeline=open_pipeline,
+    )  # fmt: skip
+
+    def operator() -> None:
+        deadline = time.monotonic() + 30
+        while latest_seq(store) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        write_config(cfg, "fake:fps:30", store, models, model={"threads": 2})
+        daemon._reload_signalled = True
+        while len(loads) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.5)  # the load is done by now
+        daemon._stop_signalled = True
+
+    helper = threading.Thread(target=operator)
+    helper.start()
+    try:
+        assert daemon.run() == 0
+    finally:
+        helper.join(30)
+        daemon.notifier.close()
+        notify.close()
+    start = loads[1]
+    pings = [t for t, m in notify.messages if "WATCHDOG" in m and start < t < start + 3.0]
+    print(f"{len(pings)} watchdog pings during the 3 s load")
+    assert len(pings) >= 4  # every 0.5 s
+    assert read_status(store)["reload"]["ok"] is True
+
+
+def test_a_reload_to_another_store_checks_it_and_says_where_frames_went(
+    models: Path, tmp_path: Path
+) -> None:
+    store, unsafe, moved = tmp_path / "store", tmp_path / "unsafe", tmp_path / "moved"
+    unsafe.mkdir()
+    unsafe.chmod(0o777)  # any user could plant links there
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:30", store, models)
+    with fake_daemon(tmp_path, cfg) as d:
+        wait_written_past(d, store, 1, "frames")
+        write_config(cfg, "fake:fps:30", unsafe, models)
+        d.signal(signal.SIGHUP)
+        d.wait_for(lambda: "reload: keeping the running store" in d.log, what="refused")
+        seq = latest_seq(store)
+        wait_written_past(d, store, seq + 2, "frames in the running store")
+        assert not (unsafe / "frames").exists()
+        write_config(cfg, "fake:fps:30", moved, models)
+        d.signal(signal.SIGHUP)
+        wait_written_past(d, moved, 1, "frames in the new store")
+        d.wait_for(lambda: read_status(moved).get("state") == "running", what="new status")
+        assert d.stop() == 0
+    assert read_status(store)["state"] == f"moved to {moved}"
+    assert "writable by others" in d.log or "group or others" in d.log, d.log[-1500:]
+
+
+def test_a_model_refused_at_verification_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload to a tampered model: the pipeline opened for it (its stages' programs,
+    its cores' workers) is closed, not left open for the life of the daemon."""
+    from edge.daemon.service import load_pipeline
+    from edge.errors import ModelCorrupt
+
+    models = fake_models(tmp_path / "models", [(42, 56)])
+    victim = next(models.glob("*.tflite"))
+    victim.write_bytes(victim.read_bytes() + b"tampered")
+    closed: list[Pipeline] = []
+    real_close = Pipeline.close
+
+    def close(self: Pipeline) -> None:
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(Pipeline, "close", close)
+    with pytest.raises(ModelCorrupt):
+        load_pipeline(ModelConfig(dir=str(models), stages="numpy"))
+    assert len(closed) == 1

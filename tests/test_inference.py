@@ -337,3 +337,26 @@ def test_the_daemon_asks_the_camera_for_the_chosen_cores_size(tmp_path: Path) ->
         rgb = streams("width = 640\nheight = 480", '["npz", "rgb"]', "camera")
         assert rgb == Streams((56, 42), True)
         assert streams("width = 40\nheight = 30") == Streams(None, False)
+
+
+def test_a_core_unused_for_a_while_is_closed(tmp_path: Path) -> None:
+    """The camera turned from wide to tall (a reload): the wide core's worker (~250 MB
+    under MemoryMax) is closed once unused for ``idle_core_s``; the tall one stays."""
+    models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
+    pipeline, made = fake_pipeline(models)
+    r = Running(pipeline)
+    r.inference.idle_core_s = 0.5
+    r.thread.start()
+    try:
+        for seq, size in enumerate([(30, 40)] * 3 + [(40, 30)] * 40):
+            r.mailbox.put(Frame(np.zeros((*size, 3), np.uint8), seq, time.time(), time.monotonic()))
+            r.take(1)
+            time.sleep(0.03)
+    finally:
+        r.stop.set()
+        r.thread.join(5)
+    wide, tall = made
+    assert (wide.spec.shape, tall.spec.shape) == ((42, 56), (56, 42))
+    assert wide.closed and not tall.closed
+    r.inference.close()
+    assert tall.closed

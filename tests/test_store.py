@@ -7,32 +7,12 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from edge.depth import DepthFrame
 from edge.store import FS_SHARE, FrameStore
 
+from .support.store import depth_frame
 from .support.tools import tmpfs
-
-
-def _frame(n: int, size: tuple[int, int] = (60, 80)) -> DepthFrame:
-    rng = np.random.default_rng(n)
-    depth = (1 + rng.random(size)).astype(np.float32)
-    return DepthFrame(
-        depth=depth,
-        conf=depth + 1,
-        name=f"f{n}",
-        source_size=size,
-        shape_wanted=(14, 14),
-        shape_used=(14, 14),
-        precision="fp16",
-        stages="numpy",
-        model="da3-small",
-        weights="random-init:0",
-        random_init=True,
-        artifact="x.tflite",
-    )
 
 
 def _seqs(store: FrameStore) -> list[int]:
@@ -42,7 +22,7 @@ def _seqs(store: FrameStore) -> list[int]:
 def test_ring_keeps_the_newest_by_count(tmp_path: Path) -> None:
     store = FrameStore(tmp_path, keep_frames=3)
     for n in range(7):
-        store.write(_frame(n), {"n": n})
+        store.write(depth_frame(n), {"n": n})
     assert _seqs(store) == [4, 5, 6]
     assert (tmp_path / "latest").resolve() == store.frames_dir / "0000000006"
     assert json.loads((tmp_path / "latest" / "frame.json").read_text())["n"] == 6
@@ -50,10 +30,10 @@ def test_ring_keeps_the_newest_by_count(tmp_path: Path) -> None:
 
 def test_ring_keeps_under_max_bytes(tmp_path: Path) -> None:
     probe = FrameStore(tmp_path / "probe")
-    one = sum(p.stat().st_size for p in probe.write(_frame(0), {}).iterdir())
+    one = sum(p.stat().st_size for p in probe.write(depth_frame(0), {}).iterdir())
     store = FrameStore(tmp_path / "s", keep_frames=100, max_bytes=int(2.5 * one))
     for n in range(6):
-        store.write(_frame(n), {})
+        store.write(depth_frame(n), {})
     assert _seqs(store) == [4, 5]
     assert store.bytes <= 2.5 * one
 
@@ -64,7 +44,7 @@ def test_frames_never_lists_more_than_the_ring(
     """What a reader listing frames/ sees right after each publish: never more than
     keep_frames, never more than max_bytes (the oldest go first, then the rename)."""
     probe = FrameStore(tmp_path / "probe")
-    one = sum(p.stat().st_size for p in probe.write(_frame(0), {}).iterdir())
+    one = sum(p.stat().st_size for p in probe.write(depth_frame(0), {}).iterdir())
     seen: list[tuple[int, int]] = []
     rename = os.rename
 
@@ -77,12 +57,12 @@ def test_frames_never_lists_more_than_the_ring(
     monkeypatch.setattr(os, "rename", watched)
     by_count = FrameStore(tmp_path / "count", keep_frames=3)
     for n in range(6):
-        by_count.write(_frame(n), {})
+        by_count.write(depth_frame(n), {})
     assert max(count for count, _ in seen) == 3, seen
     seen.clear()
     by_bytes = FrameStore(tmp_path / "bytes", keep_frames=100, max_bytes=int(2.5 * one))
     for n in range(6):
-        by_bytes.write(_frame(n), {})
+        by_bytes.write(depth_frame(n), {})
     assert max(size for _, size in seen) <= 2.5 * one, (seen, one)
     assert _seqs(by_bytes) == [4, 5]
 
@@ -90,31 +70,31 @@ def test_frames_never_lists_more_than_the_ring(
 def test_restart_cleans_leftovers_and_continues_numbering(tmp_path: Path) -> None:
     store = FrameStore(tmp_path)
     for n in range(3):
-        store.write(_frame(n), {})
+        store.write(depth_frame(n), {})
     (store.frames_dir / ".tmp-0000000003").mkdir()  # what a SIGKILL mid-write leaves
     (store.frames_dir / ".tmp-0000000003" / "frame.npz").write_bytes(b"half")
     again = FrameStore(tmp_path)
     again.prepare()
     assert not list(store.frames_dir.glob(".tmp-*"))
-    assert again.write(_frame(9), {}).name == "0000000003"
+    assert again.write(depth_frame(9), {}).name == "0000000003"
 
 
 def test_formats_subset_always_keeps_the_record(tmp_path: Path) -> None:
     store = FrameStore(tmp_path, formats=("npz",))
-    path = store.write(_frame(0), {})
+    path = store.write(depth_frame(0), {})
     assert sorted(p.name for p in path.iterdir()) == ["frame.json", "frame.npz"]
 
 
 def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = FrameStore(tmp_path)
-    store.write(_frame(0), {})
+    store.write(depth_frame(0), {})
 
     def boom(*_: object, **__: object) -> dict[str, bytes]:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("edge.frames.render", boom)
     with pytest.raises(OSError):
-        store.write(_frame(1), {})
+        store.write(depth_frame(1), {})
     assert _seqs(store) == [0] and not list(store.frames_dir.glob(".tmp-*"))
     assert (tmp_path / "latest").resolve().name == "0000000000"
 
@@ -131,7 +111,7 @@ def test_persistence_is_rate_limited_and_capped(tmp_path: Path) -> None:
     assert store.persist is not None
     persisted = []
     for n, now in enumerate((0.0, 1.0, 5.0, 10.5, 11.0, 21.0, 40.0)):
-        path = store.write(_frame(n), {})
+        path = store.write(depth_frame(n), {})
         if store.persist.maybe_copy(path, now=now) is not None:
             persisted.append(n)
     assert persisted == [0, 3, 5, 6]
@@ -152,7 +132,7 @@ def test_persisted_copies_survive_a_store_reset(tmp_path: Path) -> None:
         store = FrameStore(run, persist_dir=keep, persist_every=1.0, persist_keep=4)
         assert store.persist is not None
         for n in range(3):
-            path = store.write(_frame(n), {"boot": boot})
+            path = store.write(depth_frame(n), {"boot": boot})
             assert store.persist.maybe_copy(path, now=float(n)) is not None
     copies = sorted(p.name for p in keep.iterdir() if p.name.isdigit())
     assert copies == [f"{n:010d}" for n in range(5, 9)]
@@ -167,7 +147,7 @@ def test_a_failing_persist_dir_backs_off_and_spares_the_ring(tmp_path: Path) -> 
     keep.write_text("not a directory")  # an SD card gone read-only, a mount lost: an OSError
     tried = []
     for n, now in enumerate((0.0, 10.0, 20.0, 30.0, 60.0, 100.0)):
-        path = store.write(_frame(n), {})  # the ring goes on writing
+        path = store.write(depth_frame(n), {})  # the ring goes on writing
         before = store.persist.failed
         assert store.persist.maybe_copy(path, now=now) is None
         if store.persist.failed > before:
@@ -184,7 +164,7 @@ def test_a_failing_persist_dir_backs_off_and_spares_the_ring(tmp_path: Path) -> 
 
 def _one_frame_bytes(tmp_path: Path, size: tuple[int, int]) -> int:
     probe = FrameStore(tmp_path / "probe")
-    return sum(p.stat().st_size for p in probe.write(_frame(0, size), {}).iterdir())
+    return sum(p.stat().st_size for p in probe.write(depth_frame(0, size), {}).iterdir())
 
 
 def test_the_ring_fits_the_filesystem_it_lives_on(tmp_path: Path) -> None:
@@ -198,7 +178,7 @@ def test_the_ring_fits_the_filesystem_it_lives_on(tmp_path: Path) -> None:
         fs = os.statvfs(run)
         assert store.cap == int(fs.f_blocks * fs.f_frsize * FS_SHARE) < store.max_bytes
         for n in range(40):
-            store.write(_frame(n, size), {})
+            store.write(depth_frame(n, size), {})
             assert store.bytes <= store.cap
         print(f"frame {one} B, filesystem {fs.f_blocks * fs.f_frsize} B, cap {store.cap} B")
         assert _seqs(store)[-1] == 39 and len(_seqs(store)) >= 2
@@ -215,12 +195,12 @@ def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
     with tmpfs(tmp_path / "run", size="4m") as run:
         store = FrameStore(run / "store", keep_frames=100, max_bytes=100_000_000)
         for n in range(6):
-            store.write(_frame(n, size), {})
+            store.write(depth_frame(n, size), {})
         fs = os.statvfs(run)
         ballast = run / "ballast"  # leaves room for about one frame
         ballast.write_bytes(b"\0" * (fs.f_bavail * fs.f_frsize - int(1.5 * one)))
         for n in range(6, 30):
-            store.write(_frame(n, size), {})
+            store.write(depth_frame(n, size), {})
             assert (store.root / "latest").resolve().name == f"{n:010d}"
         print(f"frame {one} B; ring left {_seqs(store)}, cap {store.cap} B")
         assert _seqs(store)[-1] == 29
@@ -229,7 +209,7 @@ def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
         assert len(full) == 1 and store.cap < 2 << 20
         ballast.unlink()  # the room comes back: so does the cap, and the ring grows
         for n in range(30, 40):
-            store.write(_frame(n, size), {})
+            store.write(depth_frame(n, size), {})
         assert store.cap == store.fitted == int(fs.f_blocks * fs.f_frsize * FS_SHARE)
         assert store.cap // one - 1 <= len(_seqs(store)) <= store.cap // one  # sizes vary a little
 
@@ -238,11 +218,11 @@ def test_no_room_for_even_one_frame_fails_and_keeps_latest(tmp_path: Path) -> No
     size = (120, 160)
     with tmpfs(tmp_path / "run", size="4m") as run:
         store = FrameStore(run / "store")
-        store.write(_frame(0, size), {})
+        store.write(depth_frame(0, size), {})
         fs = os.statvfs(run)
         (run / "ballast").write_bytes(b"\0" * (fs.f_bavail * fs.f_frsize))
         with pytest.raises(OSError) as info:
-            store.write(_frame(1, size), {})
+            store.write(depth_frame(1, size), {})
         assert info.value.errno == errno.ENOSPC
         assert _seqs(store) == [0] and not list(store.frames_dir.glob(".tmp-*"))
         assert (store.root / "latest").resolve().name == "0000000000"

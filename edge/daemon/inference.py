@@ -31,6 +31,7 @@ from edge.pipeline import Job, Pipeline
 
 log = logging.getLogger("edge.daemon")
 STAGES = ("preprocess", "core", "postprocess")
+IDLE_CORE_S = 60.0  # a core unused this long is closed (Pipeline.close_idle)
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,8 @@ class Inference:
         self._offered: Pipeline | None = None
         self._offer_lock = threading.Lock()
         self._last_log = 0.0
+        self.idle_core_s = IDLE_CORE_S
+        self._next_sweep = 0.0
 
     # -- the main thread's side ------------------------------------------------------
     def offer(self, pipeline: Pipeline) -> None:
@@ -167,6 +170,20 @@ class Inference:
             if done is not None:
                 self._finish(done)
                 self._core_s.add(done.job.timings["core"] / 1000)
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Close the cores no frame has used for ``idle_core_s`` (a camera that changed
+        its aspect ratio), every so often."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + min(self.idle_core_s / 2, 10.0)
+        keep = [item.job.core for item in self.pending]
+        closed = self.pipeline.close_idle(self.idle_core_s, keep=keep)
+        if closed:
+            log.info("closed the core(s) for %s: unused for %.0f s", ", ".join(closed),
+                     self.idle_core_s)  # fmt: skip
 
     def _next_frame(self) -> tuple[Frame | None, int]:
         """Wait for a frame as the policy says; it and the worker it is for."""

@@ -149,6 +149,8 @@ class Daemon:
         self.status_file = status.StatusFile()
         self._threads: list[threading.Thread] = []
         self._stuck_reported: set[str] = set()
+        self._next_ping = self._next_status = 0.0  # the main loop's (_tick)
+        self._written_states: tuple[object, ...] = ()
 
     def _beater(self, name: str) -> Callable[[], None]:
         def beat() -> None:
@@ -242,7 +244,7 @@ class Daemon:
         pipeline = self.inference.pipeline
         if new.model != old.model:
             try:
-                candidate = self.open_pipeline(new.model)
+                candidate = self._meanwhile(lambda: self.open_pipeline(new.model))
             except Exception as exc:  # an unreadable folder is an OSError
                 errors.append(f"model: {first_line(exc)}")
                 log.error("reload: keeping the running model: %s", first_line(exc))
@@ -358,9 +360,6 @@ class Daemon:
         return [n for n, t in self.heartbeats.items() if now - t > limit]
 
     def _main_loop(self, wake: socket.socket) -> int:
-        interval = self.notifier.watchdog_interval
-        next_status = next_ping = 0.0
-        states: tuple[object, ...] = ()
         while not self.stop_event.is_set():
             select.select([wake], [], [], 0.2)
             with contextlib.suppress(OSError):
@@ -372,28 +371,59 @@ class Daemon:
             if self._reload_signalled and not self.stop_event.is_set():
                 self._reload_signalled = False
                 self.reload()
-            now = time.monotonic()
-            stuck = self.stuck_threads()
-            for name in stuck:
-                if name not in self._stuck_reported:
-                    log.error(
-                        "thread %s made no progress for %.0f s: no more watchdog pings",
-                        name, self.config.daemon.stuck_after,
-                    )  # fmt: skip
-                    self._stuck_reported.add(name)
-            if interval is not None and not stuck and now >= next_ping:
-                self.notifier.watchdog()
-                next_ping = now + interval
-            if now >= next_status:
-                text = self.status_text() + (f", STUCK: {', '.join(stuck)}" if stuck else "")
-                self.notifier.status(text)
-                log.info("%s", text)
-                next_status = now + self.config.daemon.status_every
-                states = ()  # write the file now too
-            if self._states() != states:
-                states = self._states()
-                self.write_status()
+            self._tick()
         return self._stop()
+
+    def _tick(self) -> None:
+        """The watchdog while every thread makes progress, STATUS and status.json when
+        due or when a state changed."""
+        now = time.monotonic()
+        stuck = self.stuck_threads()
+        for name in stuck:
+            if name not in self._stuck_reported:
+                log.error(
+                    "thread %s made no progress for %.0f s: no more watchdog pings",
+                    name, self.config.daemon.stuck_after,
+                )  # fmt: skip
+                self._stuck_reported.add(name)
+        interval = self.notifier.watchdog_interval
+        if interval is not None and not stuck and now >= self._next_ping:
+            self.notifier.watchdog()
+            self._next_ping = now + interval
+        if now >= self._next_status:
+            text = self.status_text() + (f", STUCK: {', '.join(stuck)}" if stuck else "")
+            self.notifier.status(text)
+            log.info("%s", text)
+            self._next_status = now + self.config.daemon.status_every
+            self._written_states = ()  # write the file now too
+        if self._states() != self._written_states:
+            self._written_states = self._states()
+            self.write_status()
+
+    def _meanwhile(self, work: Callable[[], Pipeline]) -> Pipeline:
+        """``work`` (a model's load: minutes of hashing on an SD card) on a thread of its
+        own while this one goes on ticking: the other threads keep writing frames with
+        the running model, so the watchdog is still fed. A stop asked meanwhile
+        abandons the load (the process is ending) with ReloadAbandoned."""
+        box: list[Pipeline | BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(work())
+            except BaseException as exc:
+                box.append(exc)
+
+        loader = threading.Thread(target=run, name="reload", daemon=True)
+        loader.start()
+        while loader.is_alive():
+            loader.join(0.2)
+            if self._stop_signalled:
+                raise ReloadAbandoned("a stop was asked while the model loaded")
+            self._tick()
+        (result,) = box
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def _ended_early(self) -> None:
         """A thread that returned while the daemon runs has died too (it owns a loop)."""
@@ -423,6 +453,10 @@ class Daemon:
         if "infer" not in alive:  # a wedged inference may hold the model; exit anyway
             self.inference.close()
         return EXIT_THREAD_DIED if self.died else 0
+
+
+class ReloadAbandoned(Exception):
+    """A reload's model load left unfinished: the daemon is stopping."""
 
 
 def _persist_status(persist: Persistence | None) -> dict[str, Any] | None:

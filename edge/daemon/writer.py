@@ -128,6 +128,8 @@ class Writer:
     def _write(self, item: Result) -> None:
         frame = item.frame
         t_written_wall = time.time()
+        # The record cannot hold its own write's end: it says capture to the write's
+        # start; the window below takes capture to published.
         latency_ms = (time.monotonic() - frame.t_mono) * 1000
         record = {
             "camera_seq": frame.seq,
@@ -159,7 +161,8 @@ class Writer:
             log.info("store: writing to %s", store.root)
         self.state = ("ok", None)
         self.counters.written += 1
-        self.window.add(time.monotonic(), latency_ms)
+        now = time.monotonic()
+        self.window.add(now, (now - frame.t_mono) * 1000)
         if store.persist is not None:
             store.persist.maybe_copy(path)  # its failures are its own (Persistence)
 

@@ -7,7 +7,32 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
+from edge.depth import DepthFrame
+
 STORE_ID = "0123456789abcdef"
+
+
+def depth_frame(n: int, size: tuple[int, int] = (60, 80)) -> DepthFrame:
+    """A DepthFrame of seeded noise (incompressible: its files are as large as they
+    get at ``size``), flagged random-init, for the store to write."""
+    rng = np.random.default_rng(n)
+    depth = (1 + rng.random(size)).astype(np.float32)
+    return DepthFrame(
+        depth=depth,
+        conf=depth + 1,
+        name=f"f{n}",
+        source_size=size,
+        shape_wanted=(14, 14),
+        shape_used=(14, 14),
+        precision="fp16",
+        stages="numpy",
+        model="da3-small",
+        weights="random-init:0",
+        random_init=True,
+        artifact="x.tflite",
+    )
 
 
 def frame(directory: Path, seq: int, *, npz: bytes = b"NPZ", preview: bytes | None = None) -> Path:
