@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -27,11 +28,18 @@ def put(fh: BinaryIO, data: Data) -> None:
         fh.write(data)
 
 
-def write_bytes(path: str | os.PathLike[str], data: Data, *, durable: bool = True) -> None:
+def write_bytes(
+    path: str | os.PathLike[str],
+    data: Data,
+    *,
+    durable: bool = True,
+    like: os.stat_result | None = None,
+) -> None:
     """Atomically replace ``path`` with ``data`` (bytes, or a writer function).
 
     ``durable`` also fsyncs the file and its directory so the rename survives a power
-    cut (what an SD card on a Pi needs); tmpfs targets can skip it.
+    cut (what an SD card on a Pi needs); tmpfs targets can skip it. ``like``: the new
+    file takes that stat's mode, owner and group (the file it replaces, edited in place).
     """
     path = Path(path)
     # Not mkstemp: its 0600 would stick to the renamed file; 0666 & ~umask is what a
@@ -40,6 +48,9 @@ def write_bytes(path: str | os.PathLike[str], data: Data, *, durable: bool = Tru
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
+            if like is not None:
+                os.fchown(fh.fileno(), like.st_uid, like.st_gid)
+                os.fchmod(fh.fileno(), stat.S_IMODE(like.st_mode))
             put(fh, data)
             if durable:
                 fh.flush()

@@ -36,6 +36,10 @@ COMMANDS = {
         "edge.commands.models",
         "list the models in a model directory and check their hashes",
     ),
+    "config": (
+        "edge.commands.config",
+        "read or change the config file in place, checked before it is written",
+    ),
     "card": (
         "edge.commands.card",
         "prepare a Raspberry Pi OS card (Imager's) to install da3-edge at first boot",

@@ -173,7 +173,8 @@ def _line_of(text: str, section: str, key: str | None) -> int | None:
     return None
 
 
-def _where(path: str | None, text: str, section: str, key: str | None = None) -> str:
+def where(path: str | None, text: str, section: str, key: str | None = None) -> str:
+    """``FILE:LINE: section.key``, the place an error names (the line when found)."""
     name = f"{section}.{key}" if key else section
     line = _line_of(text, section, key) if text else None
     place = f"{path or 'config'}" + (f":{line}" if line else "")
@@ -217,19 +218,19 @@ def parse(text: str, path: str | None = None, parts: Collection[str] = DAEMON_PA
     for name, value in data.items():
         if name not in SECTIONS:
             raise ConfigError(
-                f"{_where(path, text, name)}: unknown section (use {', '.join(SECTIONS)})"
+                f"{where(path, text, name)}: unknown section (use {', '.join(SECTIONS)})"
             )
         if not isinstance(value, dict):
-            raise ConfigError(f"{_where(path, text, name)}: must be a [{name}] table")
+            raise ConfigError(f"{where(path, text, name)}: must be a [{name}] table")
         cls = SECTIONS[name]
         defaults = cls()
         values = {}
         for key, raw in value.items():
             if key not in defaults.__dataclass_fields__:
                 known = ", ".join(defaults.__dataclass_fields__)
-                raise ConfigError(f"{_where(path, text, name, key)}: unknown key (known: {known})")
+                raise ConfigError(f"{where(path, text, name, key)}: unknown key (known: {known})")
             raw = LEGACY.get((name, key), {}).get(raw, raw) if isinstance(raw, bool) else raw
-            values[key] = _coerce(raw, getattr(defaults, key), _where(path, text, name, key))
+            values[key] = _coerce(raw, getattr(defaults, key), where(path, text, name, key))
         sections[name] = cls(**values)
     config = Config(**sections, path=path)
     validate(config, text, parts)
@@ -263,7 +264,7 @@ def validate(config: Config, text: str = "", parts: Collection[str] = DAEMON_PAR
     path = config.path
 
     def fail(section: str, key: str, message: str) -> None:
-        raise ConfigError(f"{_where(path, text, section, key)} {message}")
+        raise ConfigError(f"{where(path, text, section, key)} {message}")
 
     for (section, key), (most, unit) in AT_MOST.items():
         if section in parts and getattr(getattr(config, section), key) > most:
@@ -372,6 +373,12 @@ def _validate_serve(serve: ServeConfig, fail: Fail) -> None:
             fail("serve", key, "must be more than 0 and at most 600 (seconds)")
     if not 1 <= serve.downloads <= 256:
         fail("serve", "downloads", "must be 1 to 256")
+    if not is_loopback(serve.host) and not (serve.token_file or serve.basic_auth_file):
+        fail(
+            "serve", "host",
+            f"is {serve.host}, beyond this machine: it needs serve.basic_auth_file or "
+            "serve.token_file (a file only serve's user can read), or use 127.0.0.1",
+        )  # fmt: skip
     bad = [h for h in serve.hosts if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", h)]
     if bad:
         fail("serve", "hosts", f"has names that are not host names: {bad}")
@@ -426,9 +433,15 @@ def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PA
     """The defaults, or a file over them."""
     if path is None:
         return Config()
+    return parse(read_text(path), str(path), parts)
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A config file's text; ConfigError (one line) when it cannot be read or is not
+    UTF-8."""
     p = Path(path)
     try:
-        text = p.read_bytes().decode()
+        return p.read_bytes().decode()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the config ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:  # a comment saved in Latin-1 by an editor
@@ -437,7 +450,6 @@ def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PA
             f"{p}:{line}: the config is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); "
             "save it as UTF-8"
         ) from None
-    return parse(text, str(p), parts)
 
 
 @dataclass(frozen=True)

@@ -154,8 +154,9 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
     proc = run_main(["serve", "--host", "0.0.0.0", "--port", "0", "--store", str(tmp_path)])
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "da3-edge: error: serve: refusing to listen on 0.0.0.0 without credentials; set "
-        "serve.token_file or serve.basic_auth_file (a file only you can read), or use 127.0.0.1"
+        "da3-edge: error: config: serve.host is 0.0.0.0, beyond this machine: it needs "
+        "serve.basic_auth_file or serve.token_file (a file only serve's user can read), or use "
+        "127.0.0.1"
     ]
     token = tmp_path / "token"
     token.write_text("kQ3v_Zf8-Lw2Rt9yXa7Mn4Pb6Hc1Jd0Es5Ug\n")

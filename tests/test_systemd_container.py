@@ -130,10 +130,23 @@ def _a_healed_camera_runs_clean(box: Container) -> None:
 
 
 def _a_reload_applies_the_config(box: Container) -> None:
-    # A plain reload: the daemon re-reads its config and says READY again.
-    box.sh("sed -i 's/^keep_frames = .*/keep_frames = 7/' /etc/da3-edge/da3-edge.toml")
-    reload = box.sh("systemctl reload da3-edge")
+    # The owner's way: `da3-edge config set ... --reload` checks the file, writes it and
+    # reloads the running daemon, which re-reads its config and says READY again; a
+    # value the daemon would refuse changes nothing.
+    config = "/opt/da3-edge/venv/bin/da3-edge config"
+    before = box.sh("sha256sum /etc/da3-edge/da3-edge.toml").stdout
+    refused = box.sh(f"{config} set camera.fps fast")
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.strip().endswith("camera.fps must be a number, not 'fast'")
+    assert box.sh("sha256sum /etc/da3-edge/da3-edge.toml").stdout == before
+    reload = box.sh(f"{config} set store.keep_frames 7 --reload")
     assert reload.returncode == 0, reload.stderr
+    assert reload.stdout.splitlines() == [
+        "store.keep_frames = 7 (was 20) in /etc/da3-edge/da3-edge.toml",
+        "systemctl try-reload-or-restart da3-edge",
+        "systemctl try-restart da3-edge-serve",
+        "systemctl try-restart da3-edge-publish",
+    ]
     box.wait(
         lambda: (
             "reload: config /etc/da3-edge/da3-edge.toml applied"

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from edge.config import Config, is_loopback
+from edge.config import Config, is_loopback, validate
 from edge.errors import ConfigError
 from edge.systemd import Notifier
 
@@ -43,12 +43,12 @@ def run(config: Config, store: Path) -> int:
     import uvicorn
 
     from edge.serve.app import make_app
-    from edge.serve.auth import Guard, check_bind, credentials
+    from edge.serve.auth import Guard, credentials
     from edge.serve.limits import HostCheck, Limits, protocol
 
+    validate(config, parts=("serve",))  # beyond loopback only with credentials
     serve = config.serve
     creds = credentials(serve)
-    check_bind(serve.host, creds)
     sock = listen(serve.host, serve.port)
     host, port = sock.getsockname()[:2]
     app = make_app(

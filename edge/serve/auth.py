@@ -1,8 +1,8 @@
 """Who may ask: loopback by default, credentials for anything else.
 
 ``credentials`` reads the token and ``user:password`` files named in ``[serve]``
-(``edge.credentials``: owned by the user serve runs as, readable by no one else). ``check_bind``
-refuses a non-loopback address without credentials. ``Guard`` is the ASGI
+(``edge.credentials``: owned by the user serve runs as, readable by no one else); the
+config's rules refuse a non-loopback address without them. ``Guard`` is the ASGI
 middleware: with credentials configured every request needs one of them (bearer
 token or HTTP basic), on any address; comparisons are constant-time.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edge.config import ServeConfig, is_loopback
+from edge.config import ServeConfig
 from edge.credentials import check_token, read_secret
 from edge.errors import ConfigError
 
@@ -72,14 +72,6 @@ def _basic(path: str) -> bytes:
             f"serve.basic_auth_file: {path} must hold user:password, neither of them empty"
         )
     return secret
-
-
-def check_bind(host: str, creds: Credentials) -> None:
-    if not is_loopback(host) and not creds:
-        raise ConfigError(
-            f"serve: refusing to listen on {host} without credentials; set serve.token_file "
-            "or serve.basic_auth_file (a file only you can read), or use 127.0.0.1"
-        )
 
 
 class Backoff:

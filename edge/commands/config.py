@@ -1,0 +1,196 @@
+"""``da3-edge config``: read and change the config file in place, checked first.
+
+``set`` keeps the file's comments, order and layout (tomlkit round-trips TOML), checks
+the whole changed file by the daemon's, serve's and publish's own rules and against the
+installed models before anything is written, and replaces the file atomically with its
+owner and mode kept. A refusal is one line, and the file is left as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from edge import atomic
+from edge import config as config_mod
+from edge.errors import ConfigError, EdgeError, OutputError, UsageError, first_line
+
+DEFAULT = "/etc/da3-edge/da3-edge.toml"  # the units' --config
+SERVICE_MODELS = "/var/lib/da3-edge/models"  # the daemon unit's DA3_EDGE_MODELS
+# What each section's change needs, for --reload: the daemon re-reads its file on
+# SIGHUP (reload); serve and publish read theirs at start (restart). Only running
+# units are touched (try-...).
+UNITS: dict[str, tuple[tuple[str, str], ...]] = {
+    "camera": (("try-reload-or-restart", "da3-edge"),),
+    "model": (("try-reload-or-restart", "da3-edge"),),
+    "daemon": (("try-reload-or-restart", "da3-edge"),),
+    "store": (
+        ("try-reload-or-restart", "da3-edge"),
+        ("try-restart", "da3-edge-serve"),
+        ("try-restart", "da3-edge-publish"),
+    ),
+    "serve": (("try-restart", "da3-edge-serve"),),
+    "mqtt": (("try-restart", "da3-edge-publish"),),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge config",
+        description=(
+            "Read or change the config file in place (comments and order kept). set checks "
+            "the whole changed file as the daemon, serve and publish would, and against the "
+            "installed models, before it writes; a refusal is one line and changes nothing."
+        ),
+        epilog=(
+            "examples: da3-edge config get model.size; sudo da3-edge config set camera.fps 5 "
+            "--reload; da3-edge config check"
+        ),
+    )
+    p.add_argument(
+        "--config", metavar="FILE", default=DEFAULT, help=f"the config file (default {DEFAULT})"
+    )
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    get = sub.add_parser("get", help="print a key's value in force (the file's, else the default)")
+    get.add_argument("key", metavar="SECTION.KEY")
+    put = sub.add_parser("set", help="change a key, checked first; --reload applies it")
+    put.add_argument("key", metavar="SECTION.KEY")
+    put.add_argument("value", metavar="VALUE", help="a number, true/false, text or [list]")
+    put.add_argument(
+        "--reload",
+        action="store_true",
+        help="then reload the daemon, or restart serve or publish, where the change needs it "
+        "and the unit runs (systemctl)",
+    )
+    sub.add_parser("check", help="check the whole file and the models it names; exit 1 if bad")
+    return p
+
+
+def field_of(key: str) -> tuple[str, str, Any]:
+    """``SECTION.KEY`` -> (section, key, its default); UsageError if there is none."""
+    section, dot, name = key.partition(".")
+    cls = config_mod.SECTIONS.get(section)
+    if not dot or cls is None:
+        known = ", ".join(config_mod.SECTIONS)
+        raise UsageError(f"{key!r}: use SECTION.KEY, SECTION one of {known}")
+    names = [f.name for f in fields(cls)]
+    if name not in names:
+        raise UsageError(f"{key}: unknown key (known in [{section}]: {', '.join(names)})")
+    return section, name, getattr(cls(), name)
+
+
+def value_of(text: str, default: Any) -> Any:
+    """VALUE as the key's type takes it: text as it is for a text key (quotes optional),
+    TOML for the rest; what TOML cannot read stays text, for the check to name."""
+    import tomlkit
+
+    try:
+        parsed = tomlkit.parse(f"v = {text}")["v"]
+    except Exception:  # not TOML: a bare word
+        parsed = None
+    if isinstance(default, str):
+        return str(parsed) if isinstance(parsed, str) else text
+    if isinstance(default, tuple) and parsed is None:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return text if parsed is None else parsed
+
+
+def shown(value: Any) -> str:
+    """A value as ``get`` prints it: text bare, the rest as TOML."""
+    import tomlkit
+
+    if isinstance(value, str):
+        return value or '""'
+    if isinstance(value, tuple):
+        value = list(value)
+    return str(tomlkit.item(value).as_string())
+
+
+def models_dir(model: config_mod.ModelConfig, path: str) -> str | None:
+    """Where the daemon that reads ``path`` finds its models: ``model.dir``; else, for
+    the service's own config, the unit's folder; else the user's default (None)."""
+    if model.dir:
+        return model.dir
+    if os.environ.get("DA3_EDGE_MODELS"):
+        return None
+    return SERVICE_MODELS if Path(path) == Path(DEFAULT) else None
+
+
+def check(text: str, path: str) -> config_mod.Config:
+    """Every section by its own rules, then the models the config names."""
+    config = config_mod.parse(text, path, parts=tuple(config_mod.SECTIONS))
+    from edge.models import Manifest, resolve_models_dir
+    from edge.pipeline import pick_size
+
+    model = config.model
+    try:
+        manifest = Manifest.load(resolve_models_dir(models_dir(model, path)))
+        pick_size(manifest, model.precision, model.size or None)
+    except (EdgeError, OSError) as exc:
+        key = "size" if model.size else "dir"
+        why = first_line(exc) if isinstance(exc, EdgeError) else f"cannot read the models ({exc})"
+        raise ConfigError(f"{config_mod.where(path, text, 'model', key)}: {why}") from None
+    return config
+
+
+def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
+    """The file's text with ``key`` set to ``raw``, checked; with the old and new value."""
+    import tomlkit
+
+    section, name, default = field_of(key)
+    text = config_mod.read_text(path)
+    doc = tomlkit.parse(text)
+    if section not in doc:
+        doc.add(tomlkit.nl())
+        doc.add(section, tomlkit.table())
+    table = doc[section]
+    old = table.get(name, default)
+    table[name] = value_of(raw, default)
+    new_text = tomlkit.dumps(doc)
+    new_text += "" if new_text.endswith("\n") else "\n"
+    config = check(new_text, str(path))
+    return new_text, old, getattr(getattr(config, section), name)
+
+
+def reload(section: str) -> list[str]:
+    """systemctl for what a change of ``section`` needs; the lines it did."""
+    done = []
+    for verb, unit in UNITS[section]:
+        proc = subprocess.run(["systemctl", verb, unit], capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            why = lines[0] if lines else f"exit {proc.returncode}"
+            raise EdgeError(f"systemctl {verb} {unit}: {why}")
+        done.append(f"systemctl {verb} {unit}")
+    return done
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    path = Path(ns.config)
+    if ns.action == "check":
+        check(config_mod.read_text(path), str(path))
+        print(f"{path}: ok")
+        return 0
+    if ns.action == "get":
+        section, name, _ = field_of(ns.key)
+        config = config_mod.parse(config_mod.read_text(path), str(path), parts=())
+        print(shown(getattr(getattr(config, section), name)))
+        return 0
+    new_text, old, new = changed(path, ns.key, ns.value)
+    try:
+        atomic.write_bytes(path, new_text.encode(), like=os.stat(path))
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+    print(f"{ns.key} = {shown(new)} (was {shown(old)}) in {path}")
+    if ns.reload:
+        for line in reload(ns.key.partition(".")[0]):
+            print(line)
+    sys.stdout.flush()
+    return 0

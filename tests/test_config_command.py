@@ -1,0 +1,154 @@
+"""``da3-edge config get|set|check``: in place, comments kept, checked before written.
+
+(``--reload`` runs under a real systemd in tests/test_systemd_container.py.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from edge import config as config_mod
+from edge.commands import config as command
+from edge.fakecore import fake_models
+
+from .support.tools import run_main
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    """The shipped config, as the installer leaves it, naming a model folder."""
+    models = fake_models(tmp_path / "models", [(378, 504), (504, 378)])
+    path = tmp_path / "da3-edge.toml"
+    path.write_text(config_mod.default_text().replace('dir = ""', f'dir = "{models}"', 1))
+    return path
+
+
+def config(cfg: Path, *argv: str) -> tuple[int, str, str]:
+    proc = run_main(["config", "--config", str(cfg), *argv])
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_set_changes_one_line_and_keeps_the_rest(cfg: Path) -> None:
+    before = cfg.read_text()
+    code, out, err = config(cfg, "set", "camera.fps", "5")
+    assert (code, err) == (0, "")
+    assert out == f"camera.fps = 5.0 (was 0.0) in {cfg}\n"
+    diff = [
+        line
+        for line in difflib.unified_diff(before.splitlines(), cfg.read_text().splitlines(), n=0)
+        if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
+    assert diff == ["-fps = 0.0", "+fps = 5"]  # comments, order, every other line kept
+    assert config(cfg, "get", "camera.fps")[1] == "5.0\n"
+    assert config_mod.load(cfg).camera.fps == 5.0
+
+
+def line_of(cfg: Path, key: str) -> int:
+    """The line of ``key = `` in ``cfg`` (the first: each key is in one section here)."""
+    lines = cfg.read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if text.startswith(f"{key} = "))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("camera.fps", "fast", "camera.fps must be a number, not 'fast'"),
+        ("camera.fps", "nan", "camera.fps must be a finite number, not nan"),
+        ("model.size", "280", "model.size: "),
+        ("serve.host", "0.0.0.0", "serve.host is 0.0.0.0, beyond this machine: it needs"),
+        ("store.keep_frames", "0", "store.keep_frames must be at least 1"),
+    ],
+)
+def test_a_refused_value_is_one_line_and_changes_nothing(
+    cfg: Path, key: str, value: str, message: str
+) -> None:
+    before = sha(cfg)
+    at = line_of(cfg, key.partition(".")[2])
+    code, out, err = config(cfg, "set", key, value)
+    print(err)
+    assert code == 1 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"da3-edge: error: {cfg}:{at}: {message}"), line
+    assert sha(cfg) == before
+    assert not [p for p in cfg.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_size_the_models_lack_names_the_export(cfg: Path) -> None:
+    code, _, err = config(cfg, "set", "model.size", "280")
+    assert code == 1 and "no fp16 models of size 280 (have 504)" in err
+    assert "`da3-edge export --size 280`" in err
+
+
+def test_an_unknown_key_is_a_usage_error(cfg: Path) -> None:
+    before = sha(cfg)
+    code, _, err = config(cfg, "set", "camera.framerate", "5")
+    assert code == 2
+    assert err.splitlines() == [
+        "da3-edge: error: camera.framerate: unknown key (known in [camera]: source, width, "
+        "height, timeout, stall_after, backoff_min, backoff_max, hflip, vflip, af, "
+        "lens_position, fps)"
+    ]
+    assert sha(cfg) == before
+
+
+def test_the_files_owner_and_mode_are_kept(cfg: Path) -> None:
+    """As the installer leaves it: root's, another group's, 0640 (CI is root: chown
+    works, so the owner kept is a real one)."""
+    os.chown(cfg, NOBODY, NOBODY)
+    cfg.chmod(0o640)
+    assert config(cfg, "set", "store.keep_frames", "7")[0] == 0
+    st = cfg.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (NOBODY, NOBODY, 0o640)
+
+
+def test_values_take_the_keys_type(cfg: Path) -> None:
+    for key, value, shown in (
+        ("camera.source", "fake:fps:5", "fake:fps:5"),
+        ("camera.hflip", "true", "true"),
+        ("store.formats", "png,npz", '["png", "npz"]'),
+        ("store.formats", '["png", "preview"]', '["png", "preview"]'),
+        ("serve.hosts", "pi.local", '["pi.local"]'),
+        ("mqtt.username", '"true"', "true"),  # a text key takes text, quoted or not
+    ):
+        code, _, err = config(cfg, "set", key, value)
+        assert (code, err) == (0, ""), (key, err)
+        assert config(cfg, "get", key)[1] == shown + "\n", key
+    assert config_mod.load(cfg).mqtt.username == "true"
+
+
+def test_a_section_the_file_lacks_is_added(tmp_path: Path) -> None:
+    models = fake_models(tmp_path / "models", [(378, 504)])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'# mine\n[model]\ndir = "{models}"\n')
+    assert config(cfg, "set", "store.keep_frames", "9")[0] == 0
+    assert cfg.read_text() == f'# mine\n[model]\ndir = "{models}"\n\n[store]\nkeep_frames = 9\n'
+
+
+def test_check_and_get(cfg: Path) -> None:
+    assert config(cfg, "check") == (0, f"{cfg}: ok\n", "")
+    assert config(cfg, "get", "model.size") == (0, "0\n", "")
+    assert config(cfg, "get", "serve.host") == (0, "127.0.0.1\n", "")
+    cfg.write_text(cfg.read_text().replace("keep_frames = 100", "keep_frames = -1"))
+    code, _, err = config(cfg, "check")
+    at = line_of(cfg, "keep_frames")
+    assert (
+        code == 1 and err == f"da3-edge: error: {cfg}:{at}: store.keep_frames must be at least 1\n"
+    )
+
+
+def test_the_service_config_finds_the_units_models() -> None:
+    """``config`` on the service's file looks for models where the unit's daemon does."""
+    unit = (Path(__file__).parents[1] / "systemd/da3-edge.service").read_text()
+    assert f"DA3_EDGE_MODELS={command.SERVICE_MODELS}" in unit
+    assert f"--config {command.DEFAULT}" in unit
