@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge.errors import CardError
+from edge.errors import CardError, ConfigError
 
 BUNDLE = "da3-edge"
 FIRST_BOOT = f"/boot/firmware/{BUNDLE}/first-boot.sh"
@@ -45,6 +45,8 @@ CHECKOUT_FILES = (
     "systemd",
     "docs",
 )
+# What first-boot.sh leaves on the partition once it has installed (the bundle goes).
+INSTALLED = "da3-edge-installed.txt"
 # Room kept free beyond the bundle: FAT's directory entries, the user-data's growth.
 SLACK_BYTES = 1 << 20
 
@@ -110,6 +112,41 @@ def check_partition(boot: Path) -> Path:
             )
         raise CardError(f"{boot}: no user-data: write the card with Raspberry Pi Imager first")
     return user_data
+
+
+def check_config(config: Path | None, models: Path) -> None:
+    """The config the Pi's daemon, serve and publish will read (the installer's default
+    when None), by their rules and against the models going on the card: what the Pi
+    would refuse 10-20 minutes into its first boot, refused here in one line."""
+    from edge import config as config_mod
+
+    text = config_mod.read_text(config) if config else config_mod.default_text()
+    try:
+        parsed = config_mod.parse(text, str(config or "the default config"),
+                                  parts=tuple(config_mod.SECTIONS))  # fmt: skip
+        if parsed.model.dir:
+            raise ConfigError(
+                f"{config_mod.where(parsed.path, text, 'model', 'dir')} names a folder of "
+                "this machine: on the Pi the daemon runs the card's models (leave it empty)"
+            )
+        config_mod.check_models(parsed, text, models)
+    except ConfigError as exc:
+        raise CardError(f"{exc} (nothing written)") from None
+
+
+def check_not_booted(boot: Path, user_data: str) -> None:
+    """A card whose first boot has run: cloud-init runs ``runcmd`` once per instance
+    (Imager's meta-data instance-id), so a new bundle would never be installed."""
+    ran = entry(boot, INSTALLED) is not None or (
+        any(line.strip() == f"- {ENTRY_TEXT}" for line in user_data.splitlines())
+        and entry(boot, BUNDLE) is None
+    )
+    if ran:
+        raise CardError(
+            f"{boot}: this card has booted already (da3-edge's first boot ran, and cloud-init "
+            "runs it once): write it anew with Raspberry Pi Imager, or install on the running "
+            "Pi over SSH (docs/how-to/raspberry-pi.md, 3b); nothing written"
+        )
 
 
 def merge_user_data(text: str, where: str) -> str | None:
@@ -240,6 +277,8 @@ def plan(
         text = user_data.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CardError(f"{user_data}: cannot read it ({exc})") from None
+    check_not_booted(boot, text)
+    check_config(config, models)
     result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
     sources = _bundle_sources(checkout, models, wheel, config)
     for rel, src in sources.items():

@@ -429,6 +429,24 @@ def _validate_mqtt(mqtt: MqttConfig, fail: Fail) -> None:
         fail("mqtt", "queue_limit", "must be 1 to 100000")
 
 
+def check_models(config: Config, text: str, directory: str | os.PathLike[str] | None) -> None:
+    """The models ``config`` asks for (``model.precision``, ``model.size``) are in
+    ``directory`` (None: the user's default, edge.models.resolve_models_dir): what the
+    daemon checks at its start. ConfigError naming ``model.size`` (or ``model.dir``)."""
+    from edge.errors import EdgeError, first_line
+    from edge.models import Manifest, resolve_models_dir
+    from edge.pipeline import pick_size
+
+    model = config.model
+    try:
+        manifest = Manifest.load(resolve_models_dir(directory))
+        pick_size(manifest, model.precision, model.size or None)
+    except (EdgeError, OSError) as exc:
+        key = "size" if model.size else "dir"
+        why = first_line(exc) if isinstance(exc, EdgeError) else f"cannot read the models ({exc})"
+        raise ConfigError(f"{where(config.path, text, 'model', key)}: {why}") from None
+
+
 def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PARTS) -> Config:
     """The defaults, or a file over them."""
     if path is None:

@@ -131,9 +131,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return card.build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
 
 
+INT8 = '[model]\nprecision = "int8"\n'  # what the card's models hold (card_models)
+
+
 def card_cli(
     boot: Path, models: Path, wheel: Path | None, *more: str
 ) -> subprocess.CompletedProcess[str]:
+    """``da3-edge card``; without ``--config`` in ``more``, with a config that runs the
+    int8 models (the default fp16 one would be refused: the models lack fp16)."""
+    if "--config" not in more:
+        config = boot.parent / "int8.toml"
+        config.write_text(INT8)
+        more = (*more, "--config", str(config))
     args = ["card", str(boot), "--models", str(models), *more]
     return run_cli([*args, "--wheel", str(wheel)] if wheel else args)
 
@@ -146,7 +155,7 @@ def test_card_keeps_imagers_keys_and_adds_one_install_step(
     cloud-init's own schema check passes; the second run changes no file."""
     image = imager_card(tmp_path)
     config = tmp_path / "my.toml"
-    config.write_text('[camera]\nsource = "picamera2"\nwidth = 1536\nheight = 864\n')
+    config.write_text('[camera]\nsource = "picamera2"\nwidth = 1536\nheight = 864\n' + INT8)
     with fat.mounted(image) as boot:
         before = tree_digest(boot)
         first = card_cli(boot, card_models, None, "--config", str(config))
@@ -348,3 +357,74 @@ def test_first_boot_leaves_the_bundle_and_a_note_after_a_failure(tmp_path: Path)
     assert "==> a step" in note and "stub installer" in note
     assert f"sudo bash {boot}/{card.BUNDLE}/first-boot.sh" in note
     assert "FAILED (exit 3)" in log.read_text()
+
+
+REFUSED_CONFIGS = {
+    "a size the models lack": (
+        INT8 + "size = 280\n",
+        ":3: model.size: {models}: no int8 models of size 280 (have 182); export them with "
+        "`da3-edge export --size 280` (nothing written)",
+    ),
+    "a precision the models lack": (
+        "",
+        ":41: model.dir: {models}: no fp16 models (have: int8); export them with "
+        "`da3-edge export --precision fp16` or pick --precision (nothing written)",
+    ),
+    "serve on the LAN without credentials": (
+        INT8 + '[serve]\nhost = "0.0.0.0"\n',
+        ":4: serve.host is 0.0.0.0, beyond this machine: it needs serve.basic_auth_file or "
+        "serve.token_file (a file only serve's user can read), or use 127.0.0.1 (nothing written)",
+    ),
+    "a model folder of this machine": (
+        INT8 + 'dir = "/home/me/models"\n',
+        ":3: model.dir names a folder of this machine: on the Pi the daemon runs the card's "
+        "models (leave it empty) (nothing written)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_CONFIGS)
+def test_card_refuses_a_config_the_pi_would_refuse(
+    tmp_path: Path, card_models: Path, wheel: Path, case: str
+) -> None:
+    """What the Pi would refuse 10-20 minutes into its first boot, refused on the laptop
+    in one line, the card untouched."""
+    text, message = REFUSED_CONFIGS[case]
+    config = tmp_path / "pi.toml"
+    config.write_text(text)
+    more = ("--config", str(config)) if text else ()  # none: the installer's default
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        before = tree_digest(boot)
+        args = ["card", str(boot), "--models", str(card_models), "--wheel", str(wheel), *more]
+        proc = run_cli(args)
+        print(proc.stderr)
+        assert proc.returncode == 1
+        where = str(config) if text else "the default config"
+        assert proc.stderr.splitlines() == [
+            f"da3-edge: error: {where}{message.format(models=card_models)}"
+        ]
+        assert tree_digest(boot) == before
+
+
+@pytest.mark.parametrize("how", ["the bundle gone", "the installed marker"])
+def test_card_refuses_a_card_that_has_booted(
+    tmp_path: Path, card_models: Path, wheel: Path, how: str
+) -> None:
+    """cloud-init runs runcmd once per instance: a card whose first boot ran would
+    never install a new bundle, so card says so instead of copying 180 MB."""
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        assert card_cli(boot, card_models, wheel).returncode == 0
+        shutil.rmtree(boot / card.BUNDLE)  # as first-boot.sh leaves it
+        if how == "the installed marker":
+            (boot / card.INSTALLED).write_text("da3-edge installed at first boot\n")
+            (boot / "user-data").write_text(IMAGER_USER_DATA)  # and Imager's own user-data
+        before = tree_digest(boot)
+        proc = card_cli(boot, card_models, wheel)
+        assert proc.returncode == 1
+        assert proc.stderr.splitlines() == [
+            f"da3-edge: error: {boot}: this card has booted already (da3-edge's first boot "
+            "ran, and cloud-init runs it once): write it anew with Raspberry Pi Imager, or "
+            "install on the running Pi over SSH (docs/how-to/raspberry-pi.md, 3b); nothing "
+            "written"
+        ]
+        assert tree_digest(boot) == before

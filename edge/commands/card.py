@@ -72,10 +72,7 @@ def main(args: Sequence[str] | None = None) -> int:
     models = Path(ns.models)
     _verify_models(models)
     config = Path(ns.config) if ns.config else None
-    if config is not None:
-        from edge import config as config_mod
-
-        config_mod.load(config)  # file:line: section.key for the first bad value
+    card.check_config(config, models)  # file:line: section.key, before a wheel is built
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from edge import atomic
 from edge import config as config_mod
-from edge.errors import ConfigError, EdgeError, OutputError, UsageError, first_line
+from edge.errors import EdgeError, OutputError, UsageError
 
 DEFAULT = "/etc/da3-edge/da3-edge.toml"  # the units' --config
 SERVICE_MODELS = "/var/lib/da3-edge/models"  # the daemon unit's DA3_EDGE_MODELS
@@ -125,17 +125,7 @@ def models_dir(model: config_mod.ModelConfig, path: str) -> str | None:
 def check(text: str, path: str) -> config_mod.Config:
     """Every section by its own rules, then the models the config names."""
     config = config_mod.parse(text, path, parts=tuple(config_mod.SECTIONS))
-    from edge.models import Manifest, resolve_models_dir
-    from edge.pipeline import pick_size
-
-    model = config.model
-    try:
-        manifest = Manifest.load(resolve_models_dir(models_dir(model, path)))
-        pick_size(manifest, model.precision, model.size or None)
-    except (EdgeError, OSError) as exc:
-        key = "size" if model.size else "dir"
-        why = first_line(exc) if isinstance(exc, EdgeError) else f"cannot read the models ({exc})"
-        raise ConfigError(f"{config_mod.where(path, text, 'model', key)}: {why}") from None
+    config_mod.check_models(config, text, models_dir(config.model, path))
     return config
 
 

@@ -2,7 +2,8 @@
 # da3-edge's first boot, from the bundle `da3-edge card` put on the boot partition
 # (/boot/firmware/da3-edge/): cloud-init's runcmd runs it once. It installs from the
 # bundle with scripts/install-pi.sh, logging to /var/log/da3-edge-install.log. Then:
-#   installed  the bundle is removed (the FAT partition is small: ~200 MB of models);
+#   installed  the bundle is removed (the FAT partition is small: ~200 MB of models),
+#              and da3-edge-installed.txt says so (da3-edge card refuses the card then);
 #   failed     the bundle stays and /boot/firmware/da3-edge-install-failed.txt says
 #              why, readable on the laptop the card goes back to.
 # Run it again by hand to retry: sudo bash /boot/firmware/da3-edge/first-boot.sh
@@ -22,6 +23,9 @@ main() {
     rc=${PIPESTATUS[0]}
     if [ "$rc" -eq 0 ]; then
         rm -f "$failed"
+        # For `da3-edge card` on the laptop: this card's first boot has run (cloud-init
+        # will not run it again), whatever its user-data still says.
+        echo "da3-edge installed at first boot, $(date -u +%FT%TZ)" >"$boot/da3-edge-installed.txt"
         rm -rf "$here"
         echo "da3-edge first boot: installed; the bundle is removed from $boot" | tee -a "$log"
     else
