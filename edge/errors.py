@@ -74,6 +74,11 @@ class StagesUnavailable(EdgeError, ImportError):
     """The ExecuTorch runtime is not installed."""
 
 
+class PackError(EdgeError, ValueError):
+    """A model pack that cannot be used: wrong SHA-256, truncated, unsafe, or its models
+    do not check."""
+
+
 class CardError(EdgeError, ValueError):
     """A boot partition, user-data, model folder or config ``da3-edge card`` refuses."""
 

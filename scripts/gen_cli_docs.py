@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import io
@@ -40,8 +41,17 @@ def _render(cli: ModuleType) -> str:
     ]
     for name, (module_name, _) in cli.COMMANDS.items():
         module = importlib.import_module(module_name)
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            module.parser().print_help()
-        parts += ["", f"## da3-edge {name}", "", "```text", buf.getvalue().rstrip(), "```"]
+        parser = module.parser()
+        parts += ["", f"## da3-edge {name}", "", "```text", _help(parser), "```"]
+        for action in parser._actions:  # its ACTIONs (config set, models pull), each in full
+            if isinstance(action, argparse._SubParsersAction):
+                for verb, sub in action.choices.items():
+                    parts += ["", f"### da3-edge {name} {verb}", "", "```text", _help(sub), "```"]
     return "\n".join(parts) + "\n"
+
+
+def _help(parser: argparse.ArgumentParser) -> str:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        parser.print_help()
+    return buf.getvalue().rstrip()

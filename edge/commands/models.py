@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from edge.commands import options
 from edge.errors import EdgeError, report
@@ -14,11 +16,60 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="da3-edge models",
         description="List the models in a model directory; with --verify, check each "
-        "file's size and SHA-256 and load each core model with LiteRT.",
+        "file's size and SHA-256 and load each core model with LiteRT. `pack` and `pull` "
+        "carry a model directory from the machine that exported it to others (a .tar.gz "
+        "and its SHA-256).",
     )
     options.add_models(p)
     p.add_argument("--verify", action="store_true", help="check hashes and load each model")
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    pack = sub.add_parser(
+        "pack",
+        help="a model directory as one .tar.gz for `pull` and the Pi installer's "
+        "--models-url; prints its SHA-256",
+        description="Pack a model directory (its manifest and the files it lists, each "
+        "checked first) into one reproducible .tar.gz, and print its SHA-256: serve it "
+        "over HTTP(S) to `da3-edge models pull`, `da3-edge card --models-url` or the "
+        "installer's --models-url.",
+    )
+    pack.add_argument("directory", metavar="DIR", help="the model directory")
+    pack.add_argument(
+        "-o", "--out", metavar="FILE", help="the pack (default: ./da3-small-models.tar.gz)"
+    )
+    pull = sub.add_parser(
+        "pull",
+        help="fetch a pack (resumed if interrupted), check it, and make it the model directory",
+        description="Download a pack made by `da3-edge models pack` (http, https or file "
+        "URL) with a progress line, resuming an interrupted download when run again, "
+        "check its SHA-256, its manifest and every file's size and SHA-256, and only then "
+        "replace the model directory. A refusal is one line, with nothing replaced.",
+    )
+    pull.add_argument("url", metavar="URL")
+    pull.add_argument("--sha256", required=True, metavar="HEX", help="the pack's SHA-256")
+    pull.add_argument(
+        "--out", metavar="DIR", help=f"the model directory to replace ({options.MODELS_DEFAULT})"
+    )
     return p
+
+
+def pack_main(ns: argparse.Namespace) -> int:
+    from edge import packs
+
+    out = Path(ns.out or "da3-small-models.tar.gz")
+    digest = packs.pack(Path(ns.directory), out)
+    print(f"{out}  {out.stat().st_size / 1e6:.1f} MB")
+    print(f"sha256 {digest}")
+    return 0
+
+
+def pull_main(ns: argparse.Namespace) -> int:
+    from edge import packs
+
+    out = resolve_models_dir(ns.out)
+    meter = packs.Meter("download", lambda line: print(line, file=sys.stderr, flush=True))
+    manifest = packs.pull(ns.url, ns.sha256, out, meter)
+    print(f"{out}: {packs.describe(manifest)}")
+    return 0
 
 
 def check(manifest: Manifest, artifact: Artifact) -> None:
@@ -44,6 +95,10 @@ def _line(artifact: Artifact) -> str:
 
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
+    if ns.action == "pack":
+        return pack_main(ns)
+    if ns.action == "pull":
+        return pull_main(ns)
     directory = resolve_models_dir(ns.models)
     manifest = Manifest.load(directory)
     print(f"{directory} ({manifest.model})")

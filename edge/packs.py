@@ -1,0 +1,239 @@
+"""Model packs: one model directory as a ``.tar.gz`` with its SHA-256, to serve the Pis
+that need it from one export (``da3-edge models pack`` / ``models pull``).
+
+A pack holds one folder, ``models/``, with ``manifest.json`` and the files it lists,
+nothing else. ``pull`` fetches one over HTTP(S) (or ``file://``) with a progress line,
+resumes an interrupted download (HTTP Range) on the next run, checks the pack's SHA-256,
+then its manifest and every file's size and SHA-256, and only then replaces the target
+folder (a rename; the old one kept until then). Anything else in an archive (links,
+devices, paths outside ``models/``) refuses the whole pack. Standard library only: the
+Pi installer runs it from the wheel before the venv exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import shutil
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from edge.errors import EdgeError, OutputError, PackError
+from edge.models import MANIFEST, Manifest
+
+TOP = "models"  # the one folder in a pack
+TIMEOUT_S = 30.0  # a server silent this long (connect, or between two reads) has stopped
+CHUNK = 1 << 20
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def pack(directory: Path, out: Path) -> str:
+    """``directory``'s manifest and the files it lists into ``out`` (.tar.gz), after a
+    full check of each; the pack's SHA-256. Reproducible: the same folder gives the
+    same bytes (fixed times, owners and order)."""
+    manifest = Manifest.load(directory)
+    files = [manifest.path]
+    for artifact in manifest.artifacts:
+        files.append(manifest.verify(artifact, full=True))
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        # gzip's header holds a time and a name: fixed, so the bytes depend on the files only
+        with (
+            tmp.open("wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for path in files:
+                info = tarfile.TarInfo(f"{TOP}/{path.name}")
+                info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
+                with path.open("rb") as fh:
+                    tar.addfile(info, fh)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return sha256_of(out)
+
+
+Progress = Callable[[int, int | None], None]  # bytes so far, total (None: unknown)
+
+
+def download(url: str, want: str, dest: Path, progress: Progress) -> None:
+    """``url`` into ``dest``, resumed from what ``dest`` holds already (HTTP Range), then
+    its SHA-256 checked against ``want``; PackError on a mismatch (``dest`` removed: a
+    wrong file is not resumed) and for a server that stops answering (``dest`` kept: run
+    again to resume)."""
+    have = dest.stat().st_size if dest.exists() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:  # nothing past what we have: it is whole
+            response = None
+        else:
+            raise PackError(f"{url}: the server answered {exc.code} {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise PackError(f"{url}: cannot download it ({_why(exc)})") from None
+    if response is not None:
+        with response:
+            resumed = have and getattr(response, "status", 200) == 206
+            total = _total(response, have if resumed else 0)
+            done = have if resumed else 0
+            with dest.open("ab" if resumed else "wb") as fh:
+                try:
+                    while chunk := response.read(CHUNK):
+                        fh.write(chunk)
+                        done += len(chunk)
+                        progress(done, total)
+                except (TimeoutError, OSError) as exc:
+                    raise PackError(
+                        f"{url}: the download stopped at {_size(done)} ({_why(exc)}); "
+                        "run the same command again to resume"
+                    ) from None
+            if total is not None and done < total:
+                raise PackError(
+                    f"{url}: the download stopped at {_size(done)} of {_size(total)}; "
+                    "run the same command again to resume"
+                )
+    got = sha256_of(dest)
+    if got != want:
+        dest.unlink()
+        raise PackError(f"{url}: SHA-256 {got}, expected {want}: not the pack asked for")
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{int(n)} bytes"
+
+
+def _total(response: object, offset: int) -> int | None:
+    length = getattr(response, "headers", {}).get("Content-Length")
+    return offset + int(length) if length and str(length).isdigit() else None
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    if isinstance(exc, TimeoutError):
+        return f"no answer for {TIMEOUT_S:g} s"
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def unpack(archive: Path, out: Path, label: str) -> None:
+    """``archive``'s ``models/`` into the new folder ``out``: regular files directly in
+    it, nothing else (PackError naming the first other member; ``label``: where the
+    archive came from, for the messages)."""
+    out.mkdir()
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar:
+                name = PurePosixPath(member.name)
+                if name.parts == (TOP,) and member.isdir():
+                    continue
+                if len(name.parts) != 2 or name.parts[0] != TOP or not member.isfile():
+                    raise PackError(
+                        f"{label}: {member.name!r} is not a file in {TOP}/: a pack "
+                        f"holds {TOP}/ and its files only; nothing installed"
+                    )
+                src = tar.extractfile(member)
+                assert src is not None
+                with src, (out / name.name).open("xb") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise PackError(f"{label}: not a readable .tar.gz ({exc})") from None
+
+
+def check(folder: Path, label: str) -> Manifest:
+    """The manifest, and every file it lists by size and SHA-256 (PackError)."""
+    try:
+        manifest = Manifest.load(folder)
+        for artifact in manifest.artifacts:
+            manifest.verify(artifact, full=True)
+        extra = (
+            {p.name for p in folder.iterdir()} - {MANIFEST} - {a.file for a in manifest.artifacts}
+        )
+    except EdgeError as exc:
+        raise PackError(f"{label}: its models do not check: {exc}; nothing installed") from None
+    if extra:
+        raise PackError(f"{label}: holds files its manifest does not list: {sorted(extra)}")
+    return manifest
+
+
+def pull(url: str, want: str, out: Path, progress: Progress) -> Manifest:
+    """The pack at ``url`` (SHA-256 ``want``) as the model folder ``out``, replaced only
+    once everything checks. The download is kept beside ``out`` until it is whole."""
+    want = want.lower()
+    if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
+        raise PackError(f"--sha256 {want!r}: not a SHA-256 (64 hex digits)")
+    out = out.absolute()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out.parent}: cannot make it ({exc.strerror or exc})") from None
+    partial = out.with_name(f".{out.name}.{want[:16]}.tar.gz")
+    download(url, want, partial, progress)
+    new = out.with_name(f".{out.name}.new")
+    old = out.with_name(f".{out.name}.old")
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        unpack(partial, new, url)
+        check(new, url)
+        (new / ".pack-sha256").write_text(want + "\n")
+        if out.exists():
+            os.rename(out, old)
+        os.rename(new, out)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        if old.exists() and not out.exists():
+            os.rename(old, out)  # put back what was there
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    partial.unlink()
+    return Manifest.load(out)
+
+
+def installed_pack(folder: Path) -> str | None:
+    """The SHA-256 of the pack ``folder`` came from (``pull``), if it did."""
+    with contextlib.suppress(OSError):
+        return (folder / ".pack-sha256").read_text().strip() or None
+    return None
+
+
+class Meter:
+    """A progress line on stderr, at most every ``every`` s (and the last)."""
+
+    def __init__(self, what: str, write: Callable[[str], None], every: float = 1.0) -> None:
+        self.what, self.write, self.every = what, write, every
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every and done != total:
+            return
+        self._last = now
+        of = f" of {_size(total)} ({100 * done // total}%)" if total else ""
+        self.write(f"{self.what}: {_size(done)}{of}")
+
+
+def describe(manifest: Manifest) -> str:
+    cores = manifest.cores()
+    kinds = sorted({f"{a.precision}" for a in cores})
+    sizes = sorted({max(a.shape) for a in cores})
+    flag = ", RANDOM-INIT (not a real model)" if any(a.random_init for a in cores) else ""
+    return (
+        f"{len(manifest.artifacts)} files: {len(cores)} cores ({', '.join(kinds)}; "
+        f"sizes {', '.join(map(str, sizes))}){flag}"
+    )

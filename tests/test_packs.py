@@ -1,0 +1,193 @@
+"""``da3-edge models pack`` / ``models pull`` against a real HTTP server on loopback:
+resumed transfers, wrong hashes, unsafe packs, a server that stops answering."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge import packs
+from edge.fakecore import fake_models
+
+from .support.tools import run_main
+
+
+class Server:
+    """A loopback HTTP server for one file, honouring Range; ``cut_after`` ends the
+    first response after that many bytes, ``stall`` holds every answer that long."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cut_after: int | None = None
+        self.stall = 0.0
+        self.ranges: list[str | None] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                data = server.path.read_bytes()
+                asked = self.headers.get("Range")
+                server.ranges.append(asked)
+                start = int(asked.removeprefix("bytes=").rstrip("-")) if asked else 0
+                if server.stall:
+                    time.sleep(server.stall)
+                self.send_response(206 if asked else 200)
+                self.send_header("Content-Length", str(len(data) - start))
+                self.end_headers()
+                body = data[start:]
+                if server.cut_after is not None:
+                    body, server.cut_after = body[: server.cut_after], None
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/models.tar.gz"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    return fake_models(tmp_path / "exported", [(378, 504), (504, 378)])
+
+
+@pytest.fixture
+def packed(models: Path, tmp_path: Path) -> tuple[Path, str]:
+    out = tmp_path / "pack.tar.gz"
+    return out, packs.pack(models, out)
+
+
+@pytest.fixture
+def server(packed: tuple[Path, str]) -> Iterator[Server]:
+    s = Server(packed[0])
+    yield s
+    s.close()
+
+
+def pull(url: str, sha: str, out: Path) -> tuple[int, str, str]:
+    proc = run_main(["models", "pull", url, "--sha256", sha, "--out", str(out)])
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_pack_then_pull_gives_the_same_models(
+    models: Path, packed: tuple[Path, str], server: Server, tmp_path: Path
+) -> None:
+    sha = packed[1]
+    proc = run_main(["models", "pack", str(models), "--out", str(tmp_path / "again.tar.gz")])
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[1] == f"sha256 {sha}"  # the same folder, the same bytes
+    out = tmp_path / "pi" / "models"
+    code, stdout, stderr = pull(server.url, sha, out)
+    assert code == 0, stderr
+    assert stdout == f"{out}: 2 files: 2 cores (fp16; sizes 504), RANDOM-INIT (not a real model)\n"
+    assert "download: " in stderr and "(100%)" in stderr
+    assert {k: v for k, v in digests(out).items() if k != ".pack-sha256"} == digests(models)
+    assert packs.installed_pack(out) == sha
+    assert [p.name for p in out.parent.iterdir()] == ["models"]  # nothing left beside it
+
+
+def test_an_interrupted_download_resumes_where_it_stopped(
+    packed: tuple[Path, str], server: Server, tmp_path: Path
+) -> None:
+    pack, sha = packed
+    out = tmp_path / "pi" / "models"
+    server.cut_after = pack.stat().st_size // 3
+    code, _, stderr = pull(server.url, sha, out)
+    print(stderr)
+    assert code == 1 and not out.exists()
+    assert stderr.splitlines()[-1].endswith("run the same command again to resume")
+    kept = next(out.parent.glob(".models.*.tar.gz")).stat().st_size
+    assert kept == pack.stat().st_size // 3
+    code, _, stderr = pull(server.url, sha, out)
+    assert code == 0, stderr
+    assert server.ranges == [None, f"bytes={kept}-"]  # the second asked only for the rest
+    assert packs.installed_pack(out) == sha
+
+
+def test_a_wrong_hash_replaces_nothing(
+    models: Path, packed: tuple[Path, str], server: Server, tmp_path: Path
+) -> None:
+    out = tmp_path / "pi" / "models"
+    out.mkdir(parents=True)
+    (out / "mine").write_text("the models in use")
+    code, _, stderr = pull(server.url, "0" * 64, out)
+    assert code == 1
+    assert stderr.splitlines()[-1] == (
+        f"da3-edge: error: {server.url}: SHA-256 {packed[1]}, expected {'0' * 64}: not the "
+        "pack asked for"
+    )
+    assert [p.name for p in out.iterdir()] == ["mine"]
+    assert [p.name for p in out.parent.iterdir()] == ["models"]  # the bad download is gone
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> str:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def test_unsafe_or_broken_packs_are_refused(models: Path, tmp_path: Path) -> None:
+    manifest = (models / "manifest.json").read_bytes()
+    link = tarfile.TarInfo("models/x.tflite")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
+    cores = sorted(models.glob("*.tflite"))
+    cases: dict[str, list[tuple[tarfile.TarInfo, bytes | None]]] = {
+        "a path outside models/": [_file("models/manifest.json", manifest), _file("../evil", b"x")],
+        "a link": [_file("models/manifest.json", manifest), (link, None)],
+        "a tampered model": [
+            _file("models/manifest.json", manifest),
+            _file(f"models/{cores[0].name}", cores[0].read_bytes() + b"!"),
+            _file(f"models/{cores[1].name}", cores[1].read_bytes()),
+        ],
+    }
+    out = tmp_path / "pi" / "models"
+    for case, members in cases.items():
+        pack = tmp_path / "bad.tar.gz"
+        sha = _tar(pack, members)
+        code, _, stderr = pull(pack.as_uri(), sha, out)
+        print(case, stderr)
+        assert code == 1, case
+        *progress, line = stderr.splitlines()
+        assert line.startswith("da3-edge: error: ") and "Traceback" not in stderr, line
+        assert all(p.startswith("download: ") for p in progress), progress
+        assert not out.exists() and not (tmp_path / "evil").exists(), case
+        assert not list(out.parent.glob(".models.new")), case
+
+
+def test_a_server_that_stops_answering_is_given_up_on(
+    packed: tuple[Path, str], server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(packs, "TIMEOUT_S", 0.5)
+    server.stall = 3.0
+    start = time.monotonic()
+    code, _, stderr = pull(server.url, packed[1], tmp_path / "models")
+    took = time.monotonic() - start
+    print(stderr, f"{took:.1f} s")
+    assert code == 1 and "no answer for 0.5 s" in stderr
+    assert took < 3.0
