@@ -45,6 +45,10 @@ CHECKOUT_FILES = (
     "systemd",
     "docs",
 )
+# The LAN view's login on the card (da3-edge card --view lan): user:scrypt$... only.
+SERVE_USERS = "serve-users"
+LAN_USER = "viewer"
+LAN_PORT = 8000
 # What first-boot.sh leaves on the partition once it has installed (the bundle goes).
 INSTALLED = "da3-edge-installed.txt"
 # Room kept free beyond the bundle: FAT's directory entries, the user-data's growth.
@@ -132,6 +136,35 @@ def check_config(config: Path | None, models: Path) -> None:
         config_mod.check_models(parsed, text, models)
     except ConfigError as exc:
         raise CardError(f"{exc} (nothing written)") from None
+
+
+def lan_config(config: Path | None) -> str:
+    """The config for the LAN view: ``config`` (else the installer's default) with
+    ``[serve]`` listening beyond loopback, on the login the card carries."""
+    import tomlkit
+
+    from edge import config as config_mod
+
+    doc = tomlkit.parse(config_mod.read_text(config) if config else config_mod.default_text())
+    if "serve" not in doc:
+        doc.add("serve", tomlkit.table())
+    serve = doc["serve"]
+    serve["host"] = "0.0.0.0"
+    serve["port"] = LAN_PORT
+    serve["basic_auth_file"] = f"/etc/da3-edge/{SERVE_USERS}"
+    return tomlkit.dumps(doc)
+
+
+def hostname(user_data: Path) -> str:
+    """The Pi's host name as Imager set it (``hostname:``), else Pi OS's default."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(user_data.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = None
+    name = data.get("hostname") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else "raspberrypi"
 
 
 def check_not_booted(boot: Path, user_data: str) -> None:
@@ -270,6 +303,7 @@ def plan(
     wheel: Path,
     checkout: Path,
     config: Path | None = None,
+    serve_users: Path | None = None,
 ) -> Plan:
     """Every check, nothing written: what ``apply`` would do, or CardError."""
     user_data = check_partition(boot)
@@ -281,6 +315,8 @@ def plan(
     check_config(config, models)
     result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
     sources = _bundle_sources(checkout, models, wheel, config)
+    if serve_users is not None:
+        sources[f"{BUNDLE}/{SERVE_USERS}"] = serve_users
     for rel, src in sources.items():
         if not src.is_file():
             raise CardError(f"{src}: missing from the checkout (needed on the card as {rel})")

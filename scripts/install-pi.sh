@@ -44,7 +44,8 @@ export HOME=${HOME:-/root}  # cloud-init's runcmd may run without one
 usage() {
     cat <<'EOF'
 usage: install-pi.sh [--from PATH] [--models DIR | --models-url URL --models-sha256 HEX]
-                     [--config FILE] [--require-executorch] [--no-start] [-h]
+                     [--config FILE] [--serve-users FILE] [--require-executorch]
+                     [--no-start] [-h]
        install-pi.sh --uninstall [--purge]
 
 Install da3-edge as a systemd service on Raspberry Pi OS 64-bit (bookworm, trixie).
@@ -60,6 +61,12 @@ options:
                         checked before anything is extracted or installed
   --config FILE         install this config as /etc/da3-edge/da3-edge.toml
                         (checked first; a different one there is kept as .old)
+  --serve-users FILE    the page's login for the LAN (one user:password line, the
+                        password plain or as da3-edge card's scrypt hash): installed
+                        as /etc/da3-edge/serve-users for da3-edge-serve only, and the
+                        unit's drop-in lan.conf lets loopback, link-local and the
+                        private ranges (RFC 1918, ULA) in; the config's [serve] host
+                        decides where it listens
   --require-executorch  fail when the ExecuTorch runner cannot be built (default:
                         carry on with the numpy stages and say so)
   --no-start            enable the service but do not (re)start it now
@@ -105,6 +112,7 @@ trap 'rc=$?; echo "$PROG: error: step \"$STEP\" failed (exit $rc); see the outpu
 
 FROM=""
 CONFIG_FILE=""
+SERVE_USERS=""
 REQUIRE_ET=0
 UNINSTALL=0
 PURGE=0
@@ -125,6 +133,8 @@ while [ $# -gt 0 ]; do
         --models-sha256=*) MODELS_SHA256=${1#*=}; shift ;;
         --config) [ $# -ge 2 ] || usage_error "--config needs a FILE"; CONFIG_FILE=$2; shift 2 ;;
         --config=*) CONFIG_FILE=${1#*=}; shift ;;
+        --serve-users) [ $# -ge 2 ] || usage_error "--serve-users needs a FILE"; SERVE_USERS=$2; shift 2 ;;
+        --serve-users=*) SERVE_USERS=${1#*=}; shift ;;
         --require-executorch) REQUIRE_ET=1; shift ;;
         --no-start) START=0; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
@@ -135,7 +145,7 @@ done
 
 # ---------------------------------------------------------------------------- checks
 if [ $UNINSTALL -eq 1 ]; then
-    [ -z "$FROM$MODELS_DIR$MODELS_URL$MODELS_SHA256$CONFIG_FILE" ] && [ $REQUIRE_ET$START = 01 ] \
+    [ -z "$FROM$MODELS_DIR$MODELS_URL$MODELS_SHA256$CONFIG_FILE$SERVE_USERS" ] && [ $REQUIRE_ET$START = 01 ] \
         || usage_error "--uninstall takes only --purge"
 elif [ $PURGE -eq 1 ]; then
     usage_error "--purge goes with --uninstall"
@@ -192,7 +202,8 @@ if [ $UNINSTALL -eq 1 ]; then
 fi
 
 for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
-    systemd/da3-edge.service systemd/da3-edge-serve.service systemd/da3-edge-publish.service docs; do
+    systemd/da3-edge.service systemd/da3-edge-serve.service systemd/da3-edge-publish.service \
+    systemd/serve-lan.conf docs; do
     [ -e "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout"
 done
 if [ -n "$MODELS_DIR" ]; then
@@ -202,6 +213,11 @@ fi
 if [ -n "$CONFIG_FILE" ]; then
     [ -f "$CONFIG_FILE" ] || die "--config $CONFIG_FILE: no such file"
     CONFIG_FILE=$(cd "$(dirname "$CONFIG_FILE")" && pwd)/$(basename "$CONFIG_FILE")
+fi
+if [ -n "$SERVE_USERS" ]; then
+    [ -f "$SERVE_USERS" ] || die "--serve-users $SERVE_USERS: no such file"
+    [ "$(wc -l <"$SERVE_USERS")" -le 1 ] && grep -Eq '^[A-Za-z0-9_.-]+:[^[:space:]]+$' "$SERVE_USERS" \
+        || die "--serve-users $SERVE_USERS: must hold one line, user:password (or user:scrypt\$...)"
 fi
 FROM=${FROM:-$SRC}
 if [ -d "$FROM" ]; then
@@ -501,6 +517,7 @@ else
 fi
 
 # ---------------------------------------------------------------------------- config
+CHANGED_UNIT=0  # a unit file or drop-in written: daemon-reload, restarts
 step "config $CONFIG"
 install -d -m 0755 "$ETC"
 if [ -n "$CONFIG_FILE" ]; then
@@ -523,6 +540,26 @@ else
     note "created from da3-edge run --print-default-config"
 fi
 DA3_EDGE_MODELS=$MODELS "$VENV/bin/da3-edge" run --config "$CONFIG" --check-config | sed 's/^/    /'
+
+if [ -n "$SERVE_USERS" ]; then
+    step "serve on the LAN"
+    SERVE_USERS_USER=$(cut -d: -f1 "$SERVE_USERS")
+    if cmp -s "$SERVE_USERS" "$ETC/serve-users"; then
+        note "unchanged: $ETC/serve-users"
+    else
+    install -o "${COMPANIONS[0]}" -g "$USER_NAME" -m 0600 "$SERVE_USERS" "$ETC/serve-users"
+        note "installed $ETC/serve-users (readable by ${COMPANIONS[0]} only)"
+    fi
+    lan=$UNIT_DIR/da3-edge-serve.service.d/lan.conf
+    mkdir -p "$(dirname "$lan")"
+    if cmp -s "$SRC/systemd/serve-lan.conf" "$lan"; then
+        note "unchanged: $lan"
+    else
+        install -m 0644 "$SRC/systemd/serve-lan.conf" "$lan"
+        CHANGED_UNIT=1
+        note "installed $lan (loopback, link-local, 10/8, 172.16/12, 192.168/16, fc00::/7)"
+    fi
+fi
 
 # ---------------------------------------------------------------------------- unit
 step "docs and unit"
@@ -547,7 +584,6 @@ else
     install -m 0755 "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"
     note "copied $OPT/install-pi.sh (sudo bash $OPT/install-pi.sh --uninstall removes da3-edge)"
 fi
-CHANGED_UNIT=0
 for unit in "${UNITS[@]}"; do
     if cmp -s "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"; then
         note "unchanged: $UNIT_DIR/$unit.service"
@@ -608,4 +644,9 @@ fi
 
 echo "==> done: frames appear in /run/da3-edge while the service runs."
 echo "    Check: systemctl status da3-edge; $VENV/bin/da3-edge doctor"
-echo "    Live view: http://127.0.0.1:8000/ on this machine (da3-edge-serve; elsewhere: systemd/README.md)"
+if [ -n "$SERVE_USERS" ]; then
+    echo "    Live view: http://$(hostname).local:8000/ or http://ADDRESS:8000/ (hostname -I) from the LAN,"
+    echo "    as $SERVE_USERS_USER with the password da3-edge card printed"
+else
+    echo "    Live view: http://127.0.0.1:8000/ on this machine (da3-edge-serve; elsewhere: systemd/README.md)"
+fi

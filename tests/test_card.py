@@ -428,3 +428,39 @@ def test_card_refuses_a_card_that_has_booted(
             "written"
         ]
         assert tree_digest(boot) == before
+
+
+def test_card_view_lan_carries_only_a_hash_of_the_password_it_prints(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    """``--view lan``: the password is made on the laptop and printed once; the card
+    carries ``viewer:scrypt$...`` and a config that serves the LAN with it. A second run
+    keeps that login (and changes nothing)."""
+    from edge import config as config_mod
+    from edge import passwords
+
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        first = card_cli(boot, card_models, wheel, "--view", "lan")
+        assert first.returncode == 0, first.stderr
+        print(first.stdout)
+        lines = first.stdout.splitlines()
+        assert lines[2] == (
+            "  http://depthcam.local:8000/  (or http://ADDRESS:8000/: the address your router "
+            "lists for depthcam, or `hostname -I` on the Pi)"
+        )
+        user, _, password = lines[3].removeprefix("  user ").partition(", password ")
+        assert user == "viewer" and len(password) == 24
+        bundle = boot / card.BUNDLE
+        line = (bundle / card.SERVE_USERS).read_bytes().strip()
+        assert line.startswith(b"viewer:scrypt$") and password.encode() not in line
+        assert passwords.matches(password.encode(), line.partition(b":")[2])
+        served = config_mod.parse((bundle / "da3-edge.toml").read_text(), parts=("serve",))
+        assert served.serve.host == "0.0.0.0"
+        assert served.serve.basic_auth_file == "/etc/da3-edge/serve-users"
+        assert served.model.precision == "int8"  # the rest of the owner's config kept
+        before = tree_digest(boot)
+        second = card_cli(boot, card_models, wheel, "--view", "lan")
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.splitlines()[0] == f"{boot}: ready already, nothing changed"
+        assert password not in second.stdout and "first made" in second.stdout
+        assert tree_digest(boot) == before

@@ -68,6 +68,7 @@ def test_installer_help_lists_every_flag_it_parses() -> None:
         "--models-url",
         "--models-sha256",
         "--config",
+        "--serve-users",
         "--require-executorch",
         "--no-start",
         "--uninstall",

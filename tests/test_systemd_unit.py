@@ -80,9 +80,17 @@ def unit() -> dict[str, dict[str, list[str]]]:
     return parse_unit(UNIT.read_text())
 
 
-@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
-def test_verify(tmp_path: Path, path: Path) -> None:
-    """``systemd-analyze verify`` has nothing to say about the unit.
+LAN_DROP_IN = UNIT.parent / "serve-lan.conf"  # install-pi.sh --serve-users
+
+
+@pytest.mark.parametrize(
+    ("path", "drop_in"),
+    [*((p, None) for p in UNITS), (UNIT.parent / "da3-edge-serve.service", LAN_DROP_IN)],
+    ids=lambda v: v.name if isinstance(v, Path) else "",
+)
+def test_verify(tmp_path: Path, path: Path, drop_in: Path | None) -> None:
+    """``systemd-analyze verify`` has nothing to say about the unit (and serve's with
+    the LAN view's drop-in).
 
     verify also insists that ExecStart=/ExecReload= name executables, and the unit's
     (/opt/da3-edge/venv/bin/da3-edge) exists only once installed. Rather than rewrite the
@@ -95,6 +103,10 @@ def test_verify(tmp_path: Path, path: Path) -> None:
     root = tmp_path / "root"
     (root / "etc" / "systemd" / "system").mkdir(parents=True)
     shutil.copy(path, root / "etc" / "systemd" / "system" / path.name)
+    if drop_in is not None:
+        d = root / "etc" / "systemd" / "system" / f"{path.name}.d"
+        d.mkdir()
+        shutil.copy(drop_in, d / "lan.conf")
     candidates = [Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")]
     found = [path for path in candidates if (path / "sysinit.target").exists()]
     if not found:

@@ -45,7 +45,46 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the da3-edge wheel to install (default: one built from this checkout)",
     )
+    p.add_argument(
+        "--view",
+        choices=("local", "lan"),
+        default="local",
+        help="where the live page answers: local (the Pi itself; reach it with an SSH "
+        "tunnel) or lan (a phone or laptop on the same network: a password is made here "
+        "and printed once, and only its salted hash goes on the card) (default: local)",
+    )
     return p
+
+
+def _lan(boot: Path, config: Path | None, tmp: Path) -> tuple[Path, Path, str | None]:
+    """The LAN view's config and login for the bundle, and the new password (None: the
+    card holds a login made by an earlier run, kept)."""
+    from edge import passwords
+
+    users, password = tmp / card.SERVE_USERS, None
+    made = boot / card.BUNDLE / card.SERVE_USERS
+    if made.is_file():
+        users.write_bytes(made.read_bytes())
+    else:
+        password = passwords.new_password()
+        users.write_text(f"{card.LAN_USER}:{passwords.hashed(password)}\n")
+    lan = tmp / "da3-edge.toml"
+    lan.write_text(card.lan_config(config))
+    return lan, users, password
+
+
+def _say_lan(boot: Path, password: str | None) -> None:
+    name = card.hostname(card.check_partition(boot))
+    print(
+        f"The live page, from a phone or laptop on the same network once the Pi is up:\n"
+        f"  http://{name}.local:{card.LAN_PORT}/  (or http://ADDRESS:{card.LAN_PORT}/: the "
+        f"address your router lists for {name}, or `hostname -I` on the Pi)"
+    )
+    if password is None:
+        print(f"  user {card.LAN_USER}, with the password printed when this card was first made")
+        return
+    print(f"  user {card.LAN_USER}, password {password}")
+    print("Keep the password now: it is shown once, and the card holds only its hash.")
 
 
 def _verify_models(directory: Path) -> None:
@@ -88,10 +127,21 @@ def main(args: Sequence[str] | None = None) -> int:
                 raise CardError(f"--wheel {wheel}: not a da3_edge-*.whl file")
         else:
             wheel = card.build_wheel(checkout, Path(tmp))
-        todo = card.plan(boot, models=models, wheel=wheel, checkout=checkout, config=config)
+        users, password = None, None
+        if ns.view == "lan":
+            config, users, password = _lan(boot, config, Path(tmp))
+        todo = card.plan(
+            boot, models=models, wheel=wheel, checkout=checkout, config=config,
+            serve_users=users,
+        )  # fmt: skip
         if not todo.changes:
             print(f"{boot}: ready already, nothing changed")
-            return 0
-        card.apply(todo, say)
-    print(f"{boot}: ready; at first boot the Pi installs da3-edge ({wheel.name}) and starts it")
+        else:
+            card.apply(todo, say)
+            print(
+                f"{boot}: ready; at first boot the Pi installs da3-edge ({wheel.name}) and "
+                "starts it"
+            )
+    if ns.view == "lan":
+        _say_lan(boot, password)
     return 0

@@ -1,7 +1,8 @@
 """Who may ask: loopback by default, credentials for anything else.
 
 ``credentials`` reads the token and ``user:password`` files named in ``[serve]``
-(``edge.credentials``: owned by the user serve runs as, readable by no one else); the
+(``edge.credentials``: owned by the user serve runs as, readable by no one else; the
+password plain or as ``edge.passwords``' salted hash); the
 config's rules refuse a non-loopback address without them. ``Guard`` is the ASGI
 middleware: with credentials configured every request needs one of them (bearer
 token or HTTP basic), on any address; comparisons are constant-time.
@@ -15,12 +16,13 @@ import hmac
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edge.config import ServeConfig
 from edge.credentials import check_token, read_secret
 from edge.errors import ConfigError
+from edge.passwords import Verifier
 
 Scope = dict[str, Any]
 
@@ -28,12 +30,19 @@ Scope = dict[str, Any]
 @dataclass(frozen=True)
 class Credentials:
     token: bytes | None = None
-    basic: bytes | None = None  # b"user:password"
+    basic: bytes | None = None  # b"user:password", or b"user:scrypt$..." (edge.passwords)
+    verifier: Verifier | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.basic is not None and self.verifier is None:
+            object.__setattr__(self, "verifier", Verifier(self.basic))
 
     def __bool__(self) -> bool:
         return self.token is not None or self.basic is not None
 
-    def allows(self, header: bytes | None) -> bool:
+    def quick(self, header: bytes | None) -> bool | None:
+        """Whether ``header`` passes, when that is cheap to tell; None when a hashed
+        password's KDF must run first (``allows``, off the event loop)."""
         if not self:
             return True
         if not header:
@@ -42,13 +51,20 @@ class Credentials:
         scheme = scheme.lower()
         if scheme == b"bearer" and self.token is not None:
             return hmac.compare_digest(value.strip(), self.token)
-        if scheme == b"basic" and self.basic is not None:
+        if scheme == b"basic" and self.verifier is not None:
             try:
                 given = base64.b64decode(value.strip(), validate=True)
             except ValueError:
                 return False
-            return hmac.compare_digest(given, self.basic)
+            return self.verifier.known(given)
         return False
+
+    def allows(self, header: bytes | None) -> bool:
+        quick = self.quick(header)
+        if quick is not None:
+            return quick
+        assert header is not None and self.verifier is not None
+        return self.verifier.check(base64.b64decode(header.partition(b" ")[2].strip()))
 
 
 def credentials(serve: ServeConfig) -> Credentials:
@@ -123,7 +139,10 @@ class Guard:
             if wait > 0:
                 await asyncio.sleep(wait)
             header = dict(scope.get("headers", ())).get(b"authorization")
-            if self.creds.allows(header):
+            ok = self.creds.quick(header)
+            if ok is None:  # a hashed password's KDF: tens of ms, not on the event loop
+                ok = await asyncio.to_thread(self.creds.allows, header)
+            if ok:
                 self.backoff.succeeded(client)
             else:
                 if header:  # a browser's first request carries none: not a failed login

@@ -180,6 +180,22 @@ if [ "${1:-}" = --inner ]; then
         grep -q "unchanged: $WHEEL is installed" "$WORK/run3.out"
     check "install from the checkout changed nothing" same_snapshot after2 after3
 
+    # 3b. The LAN view (a card made with `da3-edge card --view lan`): the login, only
+    # serve's to read, and the drop-in that lets the LAN's peers in; again: no change.
+    printf 'viewer:scrypt$16384$8$1$c2FsdHNhbHRzYWx0c2FsdA$a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2U\n' \
+        >"$WORK/url/serve-users"
+    install_run run3b --from "/mnt/dist/$WHEEL" --models /mnt/models \
+        --serve-users /mnt/url/serve-users || bad "--serve-users: exit non-zero"
+    check "--serve-users: /etc/da3-edge/serve-users is da3-edge-serve's, 0600: $(stat -c '%a %U:%G' "$ROOT/etc/da3-edge/serve-users")" \
+        test "$(stat -c '%a %U:%G' "$ROOT/etc/da3-edge/serve-users")" = "600 da3-edge-serve:da3-edge"
+    check "--serve-users: serve's LAN drop-in installed" \
+        cmp -s "$SNAP/systemd/serve-lan.conf" "$ROOT/etc/systemd/system/da3-edge-serve.service.d/lan.conf"
+    snapshot >"$WORK/after3b.snap"
+    install_run run3c --from "/mnt/dist/$WHEEL" --models /mnt/models \
+        --serve-users /mnt/url/serve-users || bad "--serve-users again: exit non-zero"
+    snapshot >"$WORK/after3c.snap"
+    check "--serve-users again: nothing changed" same_snapshot after3b after3c
+
     # 4. Models from a URL with the right SHA-256 (a different set: int8 only).
     install_run run4 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
         --models-sha256 "$URL_SHA" || bad "--models-url: exit non-zero"

@@ -18,6 +18,7 @@ main() {
     local args=(--models "$here/models")
     for wheel in "$here"/dist/da3_edge-*.whl; do args+=(--from "$wheel"); done
     [ -f "$here/da3-edge.toml" ] && args+=(--config "$here/da3-edge.toml")
+    [ -f "$here/serve-users" ] && args+=(--serve-users "$here/serve-users")
     echo "da3-edge first boot: $(date -u +%FT%TZ), install-pi.sh ${args[*]}" >>"$log"
     bash "$here/scripts/install-pi.sh" "${args[@]}" 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
