@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -295,11 +297,17 @@ def test_template_entry_is_the_one_card_adds() -> None:
 
 
 def first_boot(
-    tmp_path: Path, installer_rc: int
+    tmp_path: Path,
+    installer_rc: int,
+    *,
+    wait_s: int = 300,
+    netns: bool = False,
+    card_made: float | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     """scripts/pi/first-boot.sh from a bundle on a stand-in boot partition, the installer
     replaced by a stub that exits ``installer_rc``; /var/log a tmpfs of its own (a mount
-    namespace), so the log it writes is the test's."""
+    namespace), so the log it writes is the test's. ``netns``: in a network namespace
+    of its own (no route); ``card_made``: the bundle's files' time (the card's)."""
     boot = tmp_path / "firmware"
     bundle = boot / card.BUNDLE
     (bundle / "scripts").mkdir(parents=True)
@@ -311,22 +319,20 @@ def first_boot(
     (bundle / "scripts" / "install-pi.sh").write_text(
         f'printf "%s\\n" "$@" > {tmp_path}/args\necho "==> a step"\necho "stub installer" >&2\nexit {installer_rc}\n'
     )
+    if card_made is not None:
+        os.utime(bundle / "first-boot.sh", (card_made, card_made))
     logs = tmp_path / "log"
     logs.mkdir()
     proc = subprocess.run(
         [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "bash",
-            "-c",
+            "unshare", "--mount", "--propagation", "private", *(["--net"] if netns else []),
+            "--", "bash", "-c",
             f"mount --bind {logs} /var/log && exec bash {bundle}/first-boot.sh",
         ],
         capture_output=True,
         text=True,
-    )
+        env={**os.environ, "DA3_EDGE_FIRST_BOOT_WAIT": str(wait_s)},
+    )  # fmt: skip
     return proc, boot, logs / "da3-edge-install.log"
 
 
@@ -464,3 +470,26 @@ def test_card_view_lan_carries_only_a_hash_of_the_password_it_prints(
         assert second.stdout.splitlines()[0] == f"{boot}: ready already, nothing changed"
         assert password not in second.stdout and "first made" in second.stdout
         assert tree_digest(boot) == before
+
+
+def test_first_boot_waits_for_the_network_then_gives_up_with_a_note(tmp_path: Path) -> None:
+    """No default route (a network namespace of its own: Wi-Fi not up yet), a bound of
+    2 s: the installer never starts, and the note on the partition says what was
+    missing."""
+    proc, boot, _log = first_boot(tmp_path, 0, wait_s=2, netns=True)
+    assert proc.returncode == 1
+    assert not (tmp_path / "args").exists()  # the installer did not run
+    note = (boot / "da3-edge-install-failed.txt").read_text()
+    assert "da3-edge first boot: no network (a default route) after 2 s" in note
+    assert (boot / card.BUNDLE / "first-boot.sh").exists()
+
+
+def test_first_boot_waits_for_a_clock_that_is_not_older_than_the_card(tmp_path: Path) -> None:
+    """A clock two days behind the card's files (a Pi without a clock battery, before
+    NTP answers; NTP is not synchronised on this host's view of timedatectl)."""
+    proc, _boot, log = first_boot(tmp_path, 0, wait_s=2, card_made=time.time() + 2 * 86400)
+    assert proc.returncode == 1, proc.stdout
+    assert not (tmp_path / "args").exists()
+    text = log.read_text()
+    assert "da3-edge first boot: network (a default route) after 0 s" in text
+    assert "da3-edge first boot: no clock not earlier than the card (" in text

@@ -9,6 +9,32 @@
 # Run it again by hand to retry: sudo bash /boot/firmware/da3-edge/first-boot.sh
 set -uo pipefail
 
+# Imager marks every network interface optional, so cloud-init may run this before the
+# network is up; and a Pi has no clock battery: until NTP answers, its clock says the
+# image's build date, and TLS certificates are "not yet valid". So first: a default
+# route, a name that resolves, a clock not earlier than the card (each wait bounded,
+# logged; past the bound the install does not start and the failure note says why).
+WAIT_S=${DA3_EDGE_FIRST_BOOT_WAIT:-300}
+
+wait_for() {  # wait_for WHAT CMD...: CMD until it succeeds, WAIT_S at most
+    local what=$1 start=$SECONDS
+    shift
+    until "$@" >/dev/null 2>&1; do
+        if [ $((SECONDS - start)) -ge "$WAIT_S" ]; then
+            echo "da3-edge first boot: no $what after $WAIT_S s"
+            return 1
+        fi
+        sleep 2
+    done
+    echo "da3-edge first boot: $what after $((SECONDS - start)) s"
+}
+has_route() { [ -n "$(ip route show default; ip -6 route show default)" ]; }
+resolves() { getent ahosts pypi.org; }
+clock_ok() {  # not before the card was made (FAT keeps local time: a day's margin), or NTP's
+    [ "$(date +%s)" -ge $(($(stat -c %Y "$1") - 86400)) ] ||
+        [ "$(timedatectl show -p NTPSynchronized 2>/dev/null)" = NTPSynchronized=yes ]
+}
+
 main() {
     local here boot log failed wheel rc
     here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,7 +46,13 @@ main() {
     [ -f "$here/da3-edge.toml" ] && args+=(--config "$here/da3-edge.toml")
     [ -f "$here/serve-users" ] && args+=(--serve-users "$here/serve-users")
     echo "da3-edge first boot: $(date -u +%FT%TZ), install-pi.sh ${args[*]}" >>"$log"
-    bash "$here/scripts/install-pi.sh" "${args[@]}" 2>&1 | tee -a "$log"
+    {
+        wait_for "network (a default route)" has_route &&
+            wait_for "name lookup (pypi.org)" resolves &&
+            wait_for "clock not earlier than the card ($(date -u -d "@$(stat -c %Y "$here/first-boot.sh")" +%F))" \
+                clock_ok "$here/first-boot.sh" &&
+            bash "$here/scripts/install-pi.sh" "${args[@]}"
+    } 2>&1 | tee -a "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" -eq 0 ]; then
         rm -f "$failed"
