@@ -27,6 +27,7 @@ UNITS=(da3-edge da3-edge-serve da3-edge-publish)  # the daemon, serve (HTTP, loo
 COMPANIONS=(da3-edge-serve da3-edge-publish)
 ENABLE=(da3-edge da3-edge-serve)  # publish stays off until [mqtt] is configured
 USER_NAME=da3-edge
+BIN_LINK=/usr/local/bin/da3-edge
 CACHE=/var/cache/da3-edge
 # uv reads [tool.uv] from any pyproject.toml at or above its working directory; run from
 # a checkout, the project's own settings (made for developers) would reach this install.
@@ -180,6 +181,10 @@ if [ $UNINSTALL -eq 1 ]; then
     done
     rm -rf "$OPT"
     note "removed $OPT (the venv, docs, units' copies)"
+    if grep -q "written by install-pi.sh" "$BIN_LINK" 2>/dev/null; then
+        rm -f "$BIN_LINK"
+        note "removed $BIN_LINK"
+    fi
     if [ $PURGE -eq 1 ]; then
         for unit in "${UNITS[@]}"; do rm -rf "$UNIT_DIR/$unit.service.d"; done
         # The store is the daemon's RuntimeDirectory (gone with the unit's stop); a store
@@ -377,6 +382,20 @@ for user in "${COMPANIONS[@]}"; do
     fi
 done
 
+# The Pi's owner (who ran sudo, else the first regular account: Imager's user at first
+# boot) reads the store as the service's group does (/run/da3-edge is 0750).
+OWNER=${SUDO_USER:-}
+[ "$OWNER" = root ] && OWNER=""
+[ -n "$OWNER" ] || OWNER=$(awk -F: '$3 >= 1000 && $3 < 60000 && $7 !~ /(nologin|false)$/ { print $1; exit }' /etc/passwd)
+if [ -z "$OWNER" ]; then
+    note "no regular user yet: add yours to group $USER_NAME to read the store (sudo usermod -aG $USER_NAME NAME)"
+elif id -nG "$OWNER" | tr ' ' '\n' | grep -qx "$USER_NAME"; then
+    note "$OWNER is in group $USER_NAME"
+else
+    usermod -aG "$USER_NAME" "$OWNER"
+    note "added $OWNER to group $USER_NAME: reads /run/da3-edge from the next login"
+fi
+
 # ---------------------------------------------------------------------------- venv
 step "venv $VENV"
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c '' 2>/dev/null \
@@ -439,6 +458,23 @@ if "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.fi
     "$VENV/bin/python" -c 'import picamera2' \
         || die "picamera2 does not import in $VENV (numpy mismatch? see docs/how-to/raspberry-pi.md)"
     note "picamera2 imports in the venv (numpy $("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)'))"
+fi
+
+# da3-edge on every user's PATH, looking at the service's models and store unless told
+# otherwise (DA3_EDGE_MODELS, DA3_EDGE_STORE, or the flags).
+cat >"$TMP/da3-edge" <<WRAPPER
+#!/bin/sh
+# da3-edge for every user of this machine (written by install-pi.sh): the service's
+# models and frame store unless DA3_EDGE_MODELS / DA3_EDGE_STORE or flags say otherwise.
+: "\${DA3_EDGE_MODELS:=$MODELS}" "\${DA3_EDGE_STORE:=/run/da3-edge}"
+export DA3_EDGE_MODELS DA3_EDGE_STORE
+exec $VENV/bin/da3-edge "\$@"
+WRAPPER
+if cmp -s "$TMP/da3-edge" "$BIN_LINK"; then
+    note "unchanged: $BIN_LINK"
+else
+    install -m 0755 "$TMP/da3-edge" "$BIN_LINK"
+    note "installed $BIN_LINK (da3-edge for every user)"
 fi
 
 # A command as the service user: no weight cache (its own is the unit's CacheDirectory).

@@ -100,6 +100,8 @@ if [ "${1:-}" = --inner ]; then
     }
     model_files() { (cd "$ROOT/var/lib/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
 
+    # The Pi's owner, as Imager makes it (a regular account, uid 1000), before anything.
+    in_root useradd --create-home --uid 1000 --shell /bin/bash pi
     whole_tree >"$WORK/before.tree"
 
     # 1. A fresh install from the wheel, models from a directory.
@@ -120,6 +122,12 @@ if [ "${1:-}" = --inner ]; then
         -a -f "$ROOT/opt/da3-edge/systemd/README.md" -a -f "$ROOT/opt/da3-edge/docs/README.md"
     check "models verified before they went live" grep -q "  ok$" "$WORK/run1.out"
     check "models owned by da3-edge" test "$(in_root stat -c %U /var/lib/da3-edge/models/manifest.json)" = da3-edge
+    check "the owner (pi) is in group da3-edge (reads /run/da3-edge)" \
+        grep -Eq '^da3-edge:[^:]*:[0-9]+:(.*,)?pi(,.*)?$' "$ROOT/etc/group"
+    as_owner() { in_root runuser -u pi -- /usr/bin/env PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+    owner_models=$(as_owner da3-edge models 2>&1 || true)
+    check "da3-edge on the owner's PATH lists the service's models: '$(echo "$owner_models" | head -n 1)'" \
+        test "$(echo "$owner_models" | head -n 1)" = "/var/lib/da3-edge/models (da3-small)"
     deb_numpy=$(in_root dpkg-query -W -f='${Version}' python3-numpy 2>/dev/null || true)
     [ -n "$deb_numpy" ] || deb_numpy=$(in_root apt-cache policy python3-numpy | awk '/Candidate:/ {print $2}')
     deb_numpy=${deb_numpy#*:}
