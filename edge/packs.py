@@ -2,12 +2,14 @@
 that need it from one export (``da3-edge models pack`` / ``models pull``).
 
 A pack holds one folder, ``models/``, with ``manifest.json`` and the files it lists,
-nothing else. ``pull`` fetches one over HTTP(S) (or ``file://``) with a progress line,
-resumes an interrupted download (HTTP Range) on the next run, checks the pack's SHA-256,
-then its manifest and every file's size and SHA-256, and only then replaces the target
-folder (a rename; the old one kept until then). Anything else in an archive (links,
-devices, paths outside ``models/``) refuses the whole pack. Standard library only: the
-Pi installer runs it from the wheel before the venv exists.
+nothing else; ``pull`` also takes a folder of another name, or the files at the top (a
+model folder packed by hand with ``tar -czf``). ``pull`` fetches one over HTTP(S) (or
+``file://``) with a progress line, resumes an interrupted download (HTTP Range) on the
+next run, checks the pack's SHA-256, then its manifest and every file's size and
+SHA-256, and only then replaces the target folder (a rename; the old one kept until
+then). Anything else in an archive (links, devices, paths outside its one folder, a
+second folder) refuses the whole pack. Standard library only: the Pi installer runs it
+from the wheel before the venv exists.
 """
 
 from __future__ import annotations
@@ -132,21 +134,30 @@ def _why(exc: BaseException) -> str:
 
 
 def unpack(archive: Path, out: Path, label: str) -> None:
-    """``archive``'s ``models/`` into the new folder ``out``: regular files directly in
-    it, nothing else (PackError naming the first other member; ``label``: where the
-    archive came from, for the messages)."""
+    """``archive``'s model files into the new folder ``out``: regular files in one
+    folder (``models/``, or any one name: a hand-made ``tar -czf`` of a model folder), or
+    at the top; nothing else (PackError naming the first other member; ``label``: where
+    the archive came from, for the messages)."""
     out.mkdir()
+    where: str | None = None  # the one folder the files are in ("": the top), once seen
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in tar:
                 name = PurePosixPath(member.name)
-                if name.parts == (TOP,) and member.isdir():
-                    continue
-                if len(name.parts) != 2 or name.parts[0] != TOP or not member.isfile():
+                parts = tuple(p for p in name.parts if p != ".")
+                folder = parts[0] if len(parts) == 2 or member.isdir() else ""
+                if (
+                    len(parts) not in (1, 2) or name.is_absolute() or ".." in parts
+                    or where not in (None, folder)
+                    or not (member.isfile() or (member.isdir() and len(parts) == 1))
+                ):  # fmt: skip
                     raise PackError(
-                        f"{label}: {member.name!r} is not a file in {TOP}/: a pack "
-                        f"holds {TOP}/ and its files only; nothing installed"
+                        f"{label}: {member.name!r} is not a file of one model folder: a pack "
+                        "holds one folder's files only; nothing installed"
                     )
+                where = folder
+                if member.isdir():
+                    continue
                 src = tar.extractfile(member)
                 assert src is not None
                 with src, (out / name.name).open("xb") as dst:

@@ -241,7 +241,8 @@ esac
 command -v apt-get >/dev/null || die "apt-get not found: this installer is for Raspberry Pi OS / Debian"
 
 TMP=$(mktemp -d /tmp/da3-edge-install.XXXXXX)
-cleanup() { rm -rf "$TMP" "$STATE"/.models-new.*; }
+PULLED=$CACHE/installer/models-pull  # root's: --models-url lands here, then is installed
+cleanup() { rm -rf "$TMP" "$STATE"/.models-new.* "$PULLED"; }
 trap cleanup EXIT
 os_name=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo "unknown OS")
 echo "da3-edge installer: $os_name, $(uname -m); from $FROM"
@@ -255,46 +256,16 @@ if [ -n "$MODELS_URL" ]; then
         note "unchanged: $MODELS already holds the .tar.gz with SHA-256 $MODELS_SHA256"
     else
         command -v python3 >/dev/null || die "python3 is missing (sudo apt install python3)"
-        python3 - "$MODELS_URL" "$MODELS_SHA256" "$TMP/url-models" <<'PY' || exit 1
-import hashlib, os, sys, tarfile, urllib.request
-
-url, want, out = sys.argv[1:4]
-archive = out + ".tar.gz"
-digest = hashlib.sha256()
-try:
-    with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as f:
-        while chunk := response.read(1 << 20):
-            digest.update(chunk)
-            f.write(chunk)
-except (OSError, ValueError) as exc:
-    sys.exit(f"install-pi.sh: error: models: cannot download {url}: {exc}")
-got = digest.hexdigest()
-if got != want:
-    sys.exit(f"install-pi.sh: error: models: SHA-256 mismatch for {url}: expected {want}, got {got}; nothing installed")
-# Only the model files, flattened, from a top-level directory or one subdirectory;
-# nothing else in the archive (links, devices, paths outside) is ever written.
-wanted = lambda name: name == "manifest.json" or name.endswith((".tflite", ".pte"))
-os.makedirs(out)
-try:
-    with tarfile.open(archive, "r:gz") as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
-        manifests = [m.name for m in members if os.path.basename(m.name) == "manifest.json"]
-        tops = {os.path.dirname(os.path.normpath(n)) for n in manifests}
-        if len(tops) != 1:
-            sys.exit(f"install-pi.sh: error: models: {url} holds {len(tops)} manifest.json files; expected one model directory")
-        top = tops.pop()
-        for m in members:
-            name = os.path.normpath(m.name)
-            if os.path.dirname(name) == top and wanted(os.path.basename(name)):
-                src = tar.extractfile(m)
-                with open(os.path.join(out, os.path.basename(name)), "wb") as dst:
-                    while chunk := src.read(1 << 20):
-                        dst.write(chunk)
-except (OSError, tarfile.TarError) as exc:
-    sys.exit(f"install-pi.sh: error: models: {url} is not a readable .tar.gz: {exc}")
-print(f"    SHA-256 ok ({got}); extracted {len(os.listdir(out))} files")
-PY
-        NEW_MODELS=$TMP/url-models
+        # da3-edge's own `models pull` (edge/packs.py: the standard library only), run from
+        # what is being installed, before its venv exists: a progress line, an interrupted
+        # download resumed by the next run (kept in root's $PULLED.*), the SHA-256, then the
+        # manifest and every model file checked. PYTHONSAFEPATH: nothing imported from the
+        # directory this runs in.
+        install -d -m 0700 "$(dirname "$PULLED")"
+        PYTHONSAFEPATH=1 PYTHONPATH=$FROM python3 -m edge models pull "$MODELS_URL" \
+            --sha256 "$MODELS_SHA256" --out "$PULLED" || exit 1
+        note "SHA-256 ok ($MODELS_SHA256)"
+        NEW_MODELS=$PULLED
     fi
 elif [ -n "$MODELS_DIR" ]; then
     NEW_MODELS=$MODELS_DIR

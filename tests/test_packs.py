@@ -191,3 +191,27 @@ def test_a_server_that_stops_answering_is_given_up_on(
     print(stderr, f"{took:.1f} s")
     assert code == 1 and "no answer for 0.5 s" in stderr
     assert took < 3.0
+
+
+@pytest.mark.parametrize("top", ["da3-edge-models/", ""])
+def test_a_model_folder_packed_by_hand_is_taken(models: Path, tmp_path: Path, top: str) -> None:
+    """``tar -czf`` of a model folder (any folder name), or of its files at the top."""
+    members = [_file(f"{top}{p.name}", p.read_bytes()) for p in sorted(models.iterdir())]
+    if top:
+        folder = tarfile.TarInfo(top.rstrip("/"))
+        folder.type = tarfile.DIRTYPE
+        members.insert(0, (folder, None))
+    pack = tmp_path / "hand.tar.gz"
+    sha = _tar(pack, members)
+    out = tmp_path / "pi" / "models"
+    code, _, stderr = pull(pack.as_uri(), sha, out)
+    assert code == 0, stderr
+    assert {k: v for k, v in digests(out).items() if k != ".pack-sha256"} == digests(models)
+
+
+def test_files_from_two_folders_are_refused(models: Path, tmp_path: Path) -> None:
+    files = sorted(models.iterdir())
+    members = [_file(f"a/{files[0].name}", b"x"), _file(f"b/{files[1].name}", b"y")]
+    pack = tmp_path / "two.tar.gz"
+    code, _, stderr = pull(pack.as_uri(), _tar(pack, members), tmp_path / "models")
+    assert code == 1 and "'b/" in stderr and "is not a file of one model folder" in stderr
