@@ -45,6 +45,9 @@ CHECKOUT_FILES = (
     "systemd",
     "docs",
 )
+# Where the Pi fetches its models, when the card carries none (card --models URL):
+# "URL SHA256", for first-boot.sh to pass to the installer's --models-url.
+MODELS_URL = "models-url"
 # The LAN view's login on the card (da3-edge card --view lan): user:scrypt$... only.
 SERVE_USERS = "serve-users"
 LAN_USER = "viewer"
@@ -251,7 +254,7 @@ def _append_item(text: str, node: Any, nl: str) -> str:
 
 
 def _bundle_sources(
-    checkout: Path, models: Path, wheel: Path, config: Path | None
+    checkout: Path, models: Path | None, wheel: Path, config: Path | None
 ) -> dict[str, Path]:
     """Each file of the bundle, relative to the boot partition -> where its bytes are."""
     files: dict[str, Path] = {}
@@ -267,10 +270,11 @@ def _bundle_sources(
     files[f"{BUNDLE}/dist/{wheel.name}"] = wheel
     from edge.models import Manifest
 
-    manifest = Manifest.load(models)
-    files[f"{BUNDLE}/models/manifest.json"] = manifest.path
-    for artifact in manifest.artifacts:
-        files[f"{BUNDLE}/models/{artifact.file}"] = manifest.artifact_path(artifact)
+    if models is not None:
+        manifest = Manifest.load(models)
+        files[f"{BUNDLE}/models/manifest.json"] = manifest.path
+        for artifact in manifest.artifacts:
+            files[f"{BUNDLE}/models/{artifact.file}"] = manifest.artifact_path(artifact)
     if config is not None:
         files[f"{BUNDLE}/da3-edge.toml"] = config
     return files
@@ -303,9 +307,13 @@ def plan(
     wheel: Path,
     checkout: Path,
     config: Path | None = None,
-    serve_users: Path | None = None,
+    extra: dict[str, Path] | None = None,
+    bundle_models: bool = True,
 ) -> Plan:
-    """Every check, nothing written: what ``apply`` would do, or CardError."""
+    """Every check, nothing written: what ``apply`` would do, or CardError. ``extra``:
+    more files for the bundle (SERVE_USERS, MODELS_URL), by their name in it;
+    ``bundle_models`` False: ``models`` (checked against) stay off the card, the Pi
+    fetches them (MODELS_URL)."""
     user_data = check_partition(boot)
     try:
         text = user_data.read_bytes().decode("utf-8")
@@ -314,9 +322,8 @@ def plan(
     check_not_booted(boot, text)
     check_config(config, models)
     result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
-    sources = _bundle_sources(checkout, models, wheel, config)
-    if serve_users is not None:
-        sources[f"{BUNDLE}/{SERVE_USERS}"] = serve_users
+    sources = _bundle_sources(checkout, models if bundle_models else None, wheel, config)
+    sources.update({f"{BUNDLE}/{name}": path for name, path in (extra or {}).items()})
     for rel, src in sources.items():
         if not src.is_file():
             raise CardError(f"{src}: missing from the checkout (needed on the card as {rel})")
@@ -340,8 +347,8 @@ def plan(
         raise CardError(
             f"{boot}: {result.free_bytes / 1e6:.1f} MB free, the bundle needs "
             f"{result.need_bytes / 1e6:.1f} MB: nothing written (fewer models, e.g. "
-            "`da3-edge export --precision fp16`, or models from a URL: "
-            "docs/how-to/raspberry-pi.md)"
+            "`da3-edge export --precision fp16`, or the models from a URL: `da3-edge models "
+            "pack` them, serve the pack, and give --models URL --sha256 HEX)"
         )
     return result
 

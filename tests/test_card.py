@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edge import card
+from edge import card, packs
 
 from .support import ROOT, fat
+from .support.httpfile import Server
 from .support.tools import require_tool, run_cli
 
 # What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
@@ -137,7 +138,7 @@ INT8 = '[model]\nprecision = "int8"\n'  # what the card's models hold (card_mode
 
 
 def card_cli(
-    boot: Path, models: Path, wheel: Path | None, *more: str
+    boot: Path, models: Path | str, wheel: Path | None, *more: str
 ) -> subprocess.CompletedProcess[str]:
     """``da3-edge card``; without ``--config`` in ``more``, with a config that runs the
     int8 models (the default fp16 one would be refused: the models lack fp16)."""
@@ -303,6 +304,7 @@ def first_boot(
     wait_s: int = 300,
     netns: bool = False,
     card_made: float | None = None,
+    models_url: str | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     """scripts/pi/first-boot.sh from a bundle on a stand-in boot partition, the installer
     replaced by a stub that exits ``installer_rc``; /var/log a tmpfs of its own (a mount
@@ -321,6 +323,8 @@ def first_boot(
     )
     if card_made is not None:
         os.utime(bundle / "first-boot.sh", (card_made, card_made))
+    if models_url is not None:
+        (bundle / card.MODELS_URL).write_text(models_url + "\n")
     logs = tmp_path / "log"
     logs.mkdir()
     proc = subprocess.run(
@@ -493,3 +497,37 @@ def test_first_boot_waits_for_a_clock_that_is_not_older_than_the_card(tmp_path: 
     text = log.read_text()
     assert "da3-edge first boot: network (a default route) after 0 s" in text
     assert "da3-edge first boot: no clock not earlier than the card (" in text
+
+
+def test_card_with_a_models_url_carries_the_url_not_the_models(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    """``--models URL --sha256 HEX`` (a pack served here on loopback): the pack is
+    fetched once to check the config against it, and only the URL goes on the card;
+    first-boot.sh then passes it to the installer's --models-url."""
+    pack = tmp_path / "pack.tar.gz"
+    sha = packs.pack(card_models, pack)
+    server = Server(pack)
+    try:
+        with fat.mounted(imager_card(tmp_path)) as boot:
+            too_big = tmp_path / "280.toml"
+            too_big.write_text(INT8 + "size = 280\n")
+            refused = card_cli(boot, server.url, wheel, "--sha256", sha, "--config", str(too_big))
+            assert refused.returncode == 1 and "no int8 models of size 280" in refused.stderr
+            proc = card_cli(boot, server.url, wheel, "--sha256", sha)
+            assert proc.returncode == 0, proc.stderr
+            bundle = boot / card.BUNDLE
+            assert not (bundle / "models").exists()
+            assert (bundle / card.MODELS_URL).read_text() == f"{server.url} {sha}\n"
+            wrong = card_cli(boot, server.url, wheel, "--sha256", "0" * 64)
+            assert wrong.returncode == 1 and f"SHA-256 {sha}, expected" in wrong.stderr
+    finally:
+        server.close()
+
+
+def test_first_boot_passes_the_cards_models_url_to_the_installer(tmp_path: Path) -> None:
+    sha = "ab" * 32
+    proc, _boot, _log = first_boot(tmp_path, 0, models_url=f"https://example.org/m.tar.gz {sha}")
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:4] == ["--models-url", "https://example.org/m.tar.gz", "--models-sha256", sha]

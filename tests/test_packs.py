@@ -4,61 +4,19 @@ resumed transfers, wrong hashes, unsafe packs, a server that stops answering."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import tarfile
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from edge import packs
 from edge.fakecore import fake_models
 
+from .support.httpfile import Server
 from .support.tools import run_main
-
-
-class Server:
-    """A loopback HTTP server for one file, honouring Range; ``cut_after`` ends the
-    first response after that many bytes, ``stall`` holds every answer that long."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.cut_after: int | None = None
-        self.stall = 0.0
-        self.ranges: list[str | None] = []
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *_: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                data = server.path.read_bytes()
-                asked = self.headers.get("Range")
-                server.ranges.append(asked)
-                start = int(asked.removeprefix("bytes=").rstrip("-")) if asked else 0
-                if server.stall:
-                    time.sleep(server.stall)
-                self.send_response(206 if asked else 200)
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                body = data[start:]
-                if server.cut_after is not None:
-                    body, server.cut_after = body[: server.cut_after], None
-                self.wfile.write(body)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/models.tar.gz"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -139,7 +97,7 @@ def test_a_wrong_hash_replaces_nothing(
     assert [p.name for p in out.parent.iterdir()] == ["models"]  # the bad download is gone
 
 
-def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> str:
+def _tar(path: Path, members: Sequence[tuple[tarfile.TarInfo, bytes | None]]) -> str:
     with tarfile.open(path, "w:gz") as tar:
         for info, data in members:
             tar.addfile(info, io.BytesIO(data) if data is not None else None)
@@ -196,7 +154,9 @@ def test_a_server_that_stops_answering_is_given_up_on(
 @pytest.mark.parametrize("top", ["da3-edge-models/", ""])
 def test_a_model_folder_packed_by_hand_is_taken(models: Path, tmp_path: Path, top: str) -> None:
     """``tar -czf`` of a model folder (any folder name), or of its files at the top."""
-    members = [_file(f"{top}{p.name}", p.read_bytes()) for p in sorted(models.iterdir())]
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = [
+        _file(f"{top}{p.name}", p.read_bytes()) for p in sorted(models.iterdir())
+    ]
     if top:
         folder = tarfile.TarInfo(top.rstrip("/"))
         folder.type = tarfile.DIRTYPE

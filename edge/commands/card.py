@@ -31,9 +31,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("bootfs", metavar="BOOTFS", help="the mounted boot partition")
     p.add_argument(
         "--models",
-        metavar="DIR",
+        metavar="DIR|URL",
         required=True,
-        help="model directory to install (checked as `da3-edge models --verify` does)",
+        help="model directory to install (checked as `da3-edge models --verify` does), or "
+        "the URL of a pack (`da3-edge models pack`) the Pi fetches at first boot: then only "
+        "the URL goes on the card, and the pack is fetched here once to check it",
+    )
+    p.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="with --models URL: the pack's SHA-256 (`da3-edge models pack` prints it)",
     )
     p.add_argument(
         "--config",
@@ -98,6 +105,32 @@ def _verify_models(directory: Path) -> None:
             raise CardError(f"--models {directory}: {exc}") from None
 
 
+def _models(ns: argparse.Namespace, tmp: Path) -> tuple[Path, str | None]:
+    """The model folder to check the card against, and the URL line for the bundle
+    (None: the models go on the card). A URL's pack is fetched into ``tmp`` once."""
+    if "://" not in ns.models:
+        if ns.sha256:
+            raise CardError("--sha256 goes with --models URL (a pack's address)")
+        return Path(ns.models), None
+    if not ns.sha256:
+        raise CardError("--models URL needs --sha256 HEX (the pack's, as `models pack` prints)")
+    from edge import packs
+
+    meter = packs.Meter("models: download", lambda line: print(line, file=sys.stderr, flush=True))
+    folder = tmp / "models"
+    packs.pull(ns.models, ns.sha256, folder, meter)
+    return folder, f"{ns.models} {ns.sha256.lower()}\n"
+
+
+def _wheel(ns: argparse.Namespace, checkout: Path, tmp: Path) -> Path:
+    if not ns.wheel:
+        return card.build_wheel(checkout, tmp)
+    wheel = Path(ns.wheel)
+    if wheel.suffix != ".whl" or not wheel.name.startswith("da3_edge-") or not wheel.is_file():
+        raise CardError(f"--wheel {wheel}: not a da3_edge-*.whl file")
+    return wheel
+
+
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     boot = Path(ns.bootfs)
@@ -108,36 +141,27 @@ def main(args: Sequence[str] | None = None) -> int:
             "systemd/, docs/): run it from the clone's environment (uv run da3-edge card)"
         )
     card.check_partition(boot)  # the cheap refusals before the models are loaded
-    models = Path(ns.models)
-    _verify_models(models)
-    config = Path(ns.config) if ns.config else None
-    card.check_config(config, models)  # file:line: section.key, before a wheel is built
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as tmp:
-        if ns.wheel:
-            wheel = Path(ns.wheel)
-            if (
-                wheel.suffix != ".whl"
-                or not wheel.name.startswith("da3_edge-")
-                or not wheel.is_file()
-            ):
-                raise CardError(f"--wheel {wheel}: not a da3_edge-*.whl file")
-        else:
-            wheel = card.build_wheel(checkout, Path(tmp))
-        users, password = None, None
+    with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as name:
+        tmp = Path(name)
+        models, url = _models(ns, tmp)
+        _verify_models(models)
+        config = Path(ns.config) if ns.config else None
+        card.check_config(config, models)  # file:line: section.key, before a wheel is built
+        wheel = _wheel(ns, checkout, tmp)
+        extra, password = {}, None
+        if url is not None:
+            extra[card.MODELS_URL] = tmp / card.MODELS_URL
+            extra[card.MODELS_URL].write_text(url)
         if ns.view == "lan":
-            config, users, password = _lan(boot, config, Path(tmp))
+            config, extra[card.SERVE_USERS], password = _lan(boot, config, tmp)
         todo = card.plan(
             boot, models=models, wheel=wheel, checkout=checkout, config=config,
-            serve_users=users,
+            extra=extra, bundle_models=url is None,
         )  # fmt: skip
         if not todo.changes:
             print(f"{boot}: ready already, nothing changed")
         else:
-            card.apply(todo, say)
+            card.apply(todo, lambda line: print(line, file=sys.stderr, flush=True))
             print(
                 f"{boot}: ready; at first boot the Pi installs da3-edge ({wheel.name}) and "
                 "starts it"

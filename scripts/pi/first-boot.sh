@@ -41,7 +41,11 @@ main() {
     boot=$(dirname "$here")
     log=/var/log/da3-edge-install.log
     failed=$boot/da3-edge-install-failed.txt
-    local args=(--models "$here/models")
+    local args=(--models "$here/models") url sha
+    if [ -f "$here/models-url" ]; then  # da3-edge card --models URL: fetched here
+        read -r url sha <"$here/models-url"
+        args=(--models-url "$url" --models-sha256 "$sha")
+    fi
     for wheel in "$here"/dist/da3_edge-*.whl; do args+=(--from "$wheel"); done
     [ -f "$here/da3-edge.toml" ] && args+=(--config "$here/da3-edge.toml")
     [ -f "$here/serve-users" ] && args+=(--serve-users "$here/serve-users")
