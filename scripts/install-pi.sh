@@ -39,6 +39,9 @@ export XDG_CACHE_HOME=$CACHE/installer
 # The system's Python writes no bytecode of its own modules on our behalf (the venv's
 # is compiled on purpose: uv --compile-bytecode).
 export PYTHONDONTWRITEBYTECODE=1
+# Root's Pythons (python -c, python -) import nothing from the directory this is run from:
+# a zipfile.py or picamera2.py in a shared download folder would otherwise run as root.
+export PYTHONSAFEPATH=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 DEBIAN_FRONTEND=noninteractive
 export HOME=${HOME:-/root}  # cloud-init's runcmd may run without one
 
@@ -259,10 +262,9 @@ if [ -n "$MODELS_URL" ]; then
         # da3-edge's own `models pull` (edge/packs.py: the standard library only), run from
         # what is being installed, before its venv exists: a progress line, an interrupted
         # download resumed by the next run (kept in root's $PULLED.*), the SHA-256, then the
-        # manifest and every model file checked. PYTHONSAFEPATH: nothing imported from the
-        # directory this runs in.
+        # manifest and every model file checked.
         install -d -m 0700 "$(dirname "$PULLED")"
-        PYTHONSAFEPATH=1 PYTHONPATH=$FROM python3 -m edge models pull "$MODELS_URL" \
+        PYTHONPATH=$FROM python3 -m edge models pull "$MODELS_URL" \
             --sha256 "$MODELS_SHA256" --out "$PULLED" || exit 1
         note "SHA-256 ok ($MODELS_SHA256)"
         NEW_MODELS=$PULLED

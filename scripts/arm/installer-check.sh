@@ -213,8 +213,17 @@ if [ "${1:-}" = --inner ]; then
         test "$(model_files)" = "$expected"
     check "--models-url: da3-edge models lists the new set" grep -q "int8" "$WORK/run4.out"
     snapshot >"$WORK/after4.snap"
-    install_run run5 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
+    # Run from a folder holding modules of the standard library's names and picamera2's
+    # (a shared download folder): root's Pythons must import none of them.
+    mkdir -p "$ROOT/tmp/planted"
+    for m in zipfile tarfile picamera2 hashlib json; do
+        printf 'open("/tmp/planted-ran", "a").write("%s\\n")\n' "$m" >"$ROOT/tmp/planted/$m.py"
+    done
+    RUN_IN=/tmp/planted install_run run5 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
         --models-sha256 "$URL_SHA" || bad "--models-url again: exit non-zero"
+    check "run from a folder of planted modules: none imported$(cat "$ROOT/tmp/planted-ran" 2>/dev/null | tr '\n' ' ')" \
+        test ! -e "$ROOT/tmp/planted-ran"
+    rm -rf "$ROOT/tmp/planted"
     snapshot >"$WORK/after5.snap"
     check "--models-url again: not downloaded again" grep -q "unchanged: /var/lib/da3-edge/models already holds" "$WORK/run5.out"
     check "--models-url again: nothing changed" same_snapshot after4 after5
