@@ -17,7 +17,7 @@ import string
 from edge.errors import ConfigError
 
 MAX_BYTES = 64 * 1024  # a PEM key with its chain fits; a secret is never bigger
-TOKEN_BITS = 128
+SECRET_BITS = 128  # every credential: a token, a password
 
 
 def read_secret_file(path: str, key: str) -> bytes:
@@ -57,25 +57,35 @@ def read_secret(path: str, key: str) -> bytes:
     return secret.encode()
 
 
-def token_bits(token: str) -> float:
-    """An upper bound of a token's entropy: its length times the bits of the smallest
-    alphabet of common classes (digits, lower, upper, other) its characters come from.
-    A random 16-byte token in hex or base64 is over 128; a word with digits is not."""
+def strength_bits(secret: str) -> float:
+    """An upper bound of a secret's entropy: the bits of the smallest alphabet of common
+    classes (digits, lower, upper, other) its characters come from, for each character
+    that neither repeats the one before nor follows it in sequence (``aaaa``, ``abcd``,
+    ``4321`` add a bit each). A random 16-byte token in hex or base64 is over 128; a
+    word with digits, or 43 times the same letter, is not."""
     pool = 0
     for chars in (string.digits, string.ascii_lowercase, string.ascii_uppercase):
-        if any(c in chars for c in token):
+        if any(c in chars for c in secret):
             pool += len(chars)
-    if any(not c.isascii() or not c.isalnum() for c in token):
+    if any(not c.isascii() or not c.isalnum() for c in secret):
         pool += 33  # punctuation, space, anything else
-    return len(token) * math.log2(pool) if pool else 0.0
+    if not pool:
+        return 0.0
+    bits, previous = 0.0, None
+    for c in secret:
+        step = None if previous is None else ord(c) - ord(previous)
+        bits += 1.0 if step in (-1, 0, 1) else math.log2(pool)
+        previous = c
+    return bits
 
 
-def check_token(token: bytes, path: str, key: str) -> None:
-    """ConfigError unless the token could hold at least TOKEN_BITS of randomness."""
-    bits = token_bits(token.decode("utf-8", "replace"))
-    if bits < TOKEN_BITS:
+def check_strength(secret: bytes, path: str, key: str, what: str) -> None:
+    """ConfigError unless ``secret`` could hold at least SECRET_BITS of randomness: the
+    one rule for every credential serve takes (tokens and passwords)."""
+    bits = strength_bits(secret.decode("utf-8", "replace"))
+    if bits < SECRET_BITS:
         raise ConfigError(
-            f"{key}: the token in {path} is too short to be guessed safely (at most "
-            f"{bits:.0f} bits, {TOKEN_BITS} needed); make one with "
-            "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            f"{key}: the {what} in {path} is too weak to be guessed safely (at most "
+            f"{bits:.0f} bits, {SECRET_BITS} needed); make one with "
+            "`python3 -c 'import secrets; print(secrets.token_urlsafe(24))'`"
         )

@@ -4,8 +4,7 @@
 once, and puts only ``user:scrypt$N$r$p$SALT$HASH`` on the card; serve's
 ``basic_auth_file`` takes that form beside plain ``user:password``. scrypt (RFC 7914,
 in hashlib) with N=2^14, r=8, p=1: 16 MiB and tens of milliseconds a check, so a stolen
-card's file is slow to guess from, while serve checks each distinct credential once
-(``Verifier`` remembers the ones that passed).
+card's file is slow to guess from, while serve checks each distinct credential once.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ import base64
 import hashlib
 import hmac
 import secrets
-import threading
-from collections import OrderedDict
 
 SCHEME = "scrypt"
 N, R, P = 1 << 14, 8, 1
@@ -64,35 +61,17 @@ def matches(password: bytes, stored: bytes) -> bool:
 
 
 class Verifier:
-    """``user:password`` pairs against one ``user:secret`` (plain or ``hashed``); the
-    pairs that passed a hashed secret are remembered (a digest of each, at most
-    ``size``), so the KDF runs once per credential, not once per request."""
+    """``user:password`` pairs against one ``user:secret``, the secret plain or
+    ``hashed`` (serve remembers the pairs that passed: the KDF runs once per credential,
+    not once per request)."""
 
-    def __init__(self, line: bytes, size: int = 64) -> None:
+    def __init__(self, line: bytes) -> None:
         self.user, _, self.secret = line.partition(b":")
         self.hashed = is_hashed(self.secret)
-        self.size = size
-        self._passed: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def known(self, given: bytes) -> bool | None:
-        """True or False when cheap to tell; None when the KDF must run (``check``)."""
-        if not self.hashed:
-            return hmac.compare_digest(given, self.user + b":" + self.secret)
-        with self._lock:
-            return True if hashlib.sha256(given).digest() in self._passed else None
 
     def check(self, given: bytes) -> bool:
-        """The full check (the KDF for a hashed secret); remembers a pass."""
-        known = self.known(given)
-        if known is not None:
-            return known
+        if not self.hashed:
+            return hmac.compare_digest(given, self.user + b":" + self.secret)
         user, colon, password = given.partition(b":")
         ok = bool(colon) and hmac.compare_digest(user, self.user)
-        ok = matches(password, self.secret) and ok  # the KDF runs whatever the user
-        if ok:
-            with self._lock:
-                self._passed[hashlib.sha256(given).digest()] = None
-                while len(self._passed) > self.size:
-                    self._passed.popitem(last=False)
-        return ok
+        return matches(password, self.secret) and ok  # the KDF runs whatever the user

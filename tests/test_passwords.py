@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edge import passwords
 from edge.passwords import Verifier
+from edge.serve.auth import Credentials
 
 from .support.serve import serving
 
@@ -24,19 +25,20 @@ def test_a_hash_matches_its_password_only() -> None:
         assert not passwords.matches(password.encode(), broken)
 
 
-def test_the_verifier_runs_the_kdf_once_per_credential() -> None:
-    line = b"viewer:" + passwords.hashed("correct horse").encode()
-    verifier = Verifier(line)
-    assert verifier.known(b"viewer:correct horse") is None  # not yet checked
+def test_a_hashed_login_runs_the_kdf_once_per_credential() -> None:
+    creds = Credentials(basic=b"viewer:" + passwords.hashed("correct horse").encode())
+    good = b"Basic " + base64.b64encode(b"viewer:correct horse")
+    assert creds.quick(good) is None  # not yet checked: the KDF must run
     start = time.perf_counter()
-    assert verifier.check(b"viewer:correct horse")
+    assert creds.allows(good)
     first = time.perf_counter() - start
-    assert verifier.known(b"viewer:correct horse") is True
-    assert not verifier.check(b"viewer:wrong") and not verifier.check(b"other:correct horse")
-    assert verifier.known(b"viewer:wrong") is None  # failures are not remembered
+    assert creds.quick(good) is True  # from memory now
+    for wrong in (b"viewer:wrong", b"other:correct horse", b"nocolon"):
+        header = b"Basic " + base64.b64encode(wrong)
+        assert not creds.allows(header) and creds.quick(header) is None  # not remembered
     print(f"scrypt check {first * 1000:.0f} ms")
-    plain = Verifier(b"viewer:pa55")
-    assert plain.known(b"viewer:pa55") is True and plain.known(b"viewer:x") is False
+    assert Verifier(b"viewer:pa55").check(b"viewer:pa55")
+    assert not Verifier(b"viewer:pa55").check(b"viewer:x")
 
 
 def test_serve_takes_the_hashed_form(tmp_path: Path) -> None:

@@ -167,7 +167,7 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
     assert proc.returncode == 1 and "can be read by others (mode 644); chmod 600" in proc.stderr
     token.chmod(0o600)
     users = tmp_path / "users"
-    users.write_text("viewer:pa55\n")
+    users.write_text("viewer:Vq7-Tz2_hRw9Lp4-Xe6Nm3Jd\n")
     users.chmod(0o600)
     cfg.write_text(f'[serve]\ntoken_file = "{token}"\nbasic_auth_file = "{users}"\n')
     with serving(
@@ -181,7 +181,7 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
             s.get("/healthz", {"Authorization": "Bearer kQ3v_Zf8-Lw2Rt9yXa7Mn4Pb6Hc1Jd0Es5Ug"})[0]
             == 503
         )  # no daemon
-        basic = base64.b64encode(b"viewer:pa55").decode()
+        basic = base64.b64encode(b"viewer:Vq7-Tz2_hRw9Lp4-Xe6Nm3Jd").decode()
         assert s.get("/healthz", {"Authorization": f"Basic {basic}"})[0] == 503
         assert s.get("/healthz", {"Authorization": "Basic !!notbase64"})[0] == 401
         assert "(credentials required)" in s.log

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import hmac
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,18 +22,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge.config import ServeConfig
-from edge.credentials import check_token, read_secret
+from edge.credentials import check_strength, read_secret
 from edge.errors import ConfigError
-from edge.passwords import Verifier
+from edge.passwords import Verifier, is_hashed
 
 Scope = dict[str, Any]
+PASSED = 64  # Authorization headers remembered as good (a browser sends one on each request)
 
 
 @dataclass(frozen=True)
 class Credentials:
+    """The token and the ``user:password`` (plain, or ``edge.passwords``' hash) serve
+    takes. ``allows`` checks an Authorization header in full and remembers the ones that
+    passed (a digest of each, at most PASSED); ``quick`` tells those apart at no cost."""
+
     token: bytes | None = None
     basic: bytes | None = None  # b"user:password", or b"user:scrypt$..." (edge.passwords)
     verifier: Verifier | None = field(default=None, compare=False, repr=False)
+    passed: OrderedDict[bytes, None] = field(default_factory=OrderedDict, compare=False, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.basic is not None and self.verifier is None:
@@ -41,30 +50,37 @@ class Credentials:
         return self.token is not None or self.basic is not None
 
     def quick(self, header: bytes | None) -> bool | None:
-        """Whether ``header`` passes, when that is cheap to tell; None when a hashed
-        password's KDF must run first (``allows``, off the event loop)."""
+        """True for no credentials configured or a header that passed before, False for
+        none given; None: ``allows`` must check it."""
         if not self:
             return True
         if not header:
             return False
-        scheme, _, value = header.partition(b" ")
-        scheme = scheme.lower()
-        if scheme == b"bearer" and self.token is not None:
-            return hmac.compare_digest(value.strip(), self.token)
-        if scheme == b"basic" and self.verifier is not None:
-            try:
-                given = base64.b64decode(value.strip(), validate=True)
-            except ValueError:
-                return False
-            return self.verifier.known(given)
-        return False
+        with self.lock:
+            return True if hashlib.sha256(header).digest() in self.passed else None
 
     def allows(self, header: bytes | None) -> bool:
+        """The full check (a hashed password's KDF: tens of ms, off the event loop)."""
         quick = self.quick(header)
         if quick is not None:
             return quick
-        assert header is not None and self.verifier is not None
-        return self.verifier.check(base64.b64decode(header.partition(b" ")[2].strip()))
+        assert header is not None
+        scheme, _, value = header.partition(b" ")
+        scheme = scheme.lower()
+        ok = False
+        if scheme == b"bearer" and self.token is not None:
+            ok = hmac.compare_digest(value.strip(), self.token)
+        elif scheme == b"basic" and self.verifier is not None:
+            try:
+                ok = self.verifier.check(base64.b64decode(value.strip(), validate=True))
+            except ValueError:
+                ok = False
+        if ok:
+            with self.lock:
+                self.passed[hashlib.sha256(header).digest()] = None
+                while len(self.passed) > PASSED:
+                    self.passed.popitem(last=False)
+        return ok
 
 
 def credentials(serve: ServeConfig) -> Credentials:
@@ -76,7 +92,7 @@ def credentials(serve: ServeConfig) -> Credentials:
 
 def _token(path: str) -> bytes:
     token = read_secret(path, "serve.token_file")
-    check_token(token, path, "serve.token_file")
+    check_strength(token, path, "serve.token_file", "token")
     return token
 
 
@@ -87,6 +103,8 @@ def _basic(path: str) -> bytes:
         raise ConfigError(
             f"serve.basic_auth_file: {path} must hold user:password, neither of them empty"
         )
+    if not is_hashed(password):  # a hash was made from a password of 144 random bits
+        check_strength(password, path, "serve.basic_auth_file", "password")
     return secret
 
 
@@ -124,33 +142,54 @@ class Backoff:
 
 
 class Guard:
-    """ASGI middleware: 401 unless the request carries the configured credentials; a
-    client whose credentials failed waits longer at each failure (``Backoff``)."""
+    """ASGI middleware: 401 unless the request carries the configured credentials.
+
+    A header that passed before goes through at once. Any other is checked at once,
+    before any delay: a right one is never held up by another client's failures; a
+    wrong one is answered only after its address's penalty (``Backoff``: 0.5 s, doubling,
+    8 s at most). While an address has a check or a penalty running, its other new
+    credentials get 429 unchecked: guesses in parallel gain nothing.
+    """
 
     def __init__(self, app: Any, creds: Credentials, backoff: Backoff | None = None) -> None:
         self.app = app
         self.creds = creds
         self.backoff = backoff or Backoff()
+        self.checking: set[str] = set()  # addresses with a check or penalty running
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.creds:
-            client = str((scope.get("client") or ("?",))[0])
-            wait = self.backoff.wait(client)
-            if wait > 0:
-                await asyncio.sleep(wait)
             header = dict(scope.get("headers", ())).get(b"authorization")
             ok = self.creds.quick(header)
-            if ok is None:  # a hashed password's KDF: tens of ms, not on the event loop
-                ok = await asyncio.to_thread(self.creds.allows, header)
+            if ok is None:
+                client = str((scope.get("client") or ("?",))[0])
+                if client in self.checking:
+                    await self._refuse(send, 429, b"one login at a time\n", self.backoff.cap)
+                    return
+                ok = await self._check(client, header)
+            if not ok:
+                await self._refuse(send, 401, b"credentials required\n")
+                return
+        await self.app(scope, receive, send)
+
+    async def _check(self, client: str, header: bytes | None) -> bool:
+        self.checking.add(client)
+        try:
+            ok = await asyncio.to_thread(self.creds.allows, header)
             if ok:
                 self.backoff.succeeded(client)
             else:
-                if header:  # a browser's first request carries none: not a failed login
-                    self.backoff.failed(client)
-                headers = [(b"content-type", b"text/plain; charset=utf-8")]
-                if self.creds.basic is not None:
-                    headers.append((b"www-authenticate", b'Basic realm="da3-edge"'))
-                await send({"type": "http.response.start", "status": 401, "headers": headers})
-                await send({"type": "http.response.body", "body": b"credentials required\n"})
-                return
-        await self.app(scope, receive, send)
+                self.backoff.failed(client)
+                await asyncio.sleep(self.backoff.wait(client))
+            return ok
+        finally:
+            self.checking.discard(client)
+
+    async def _refuse(self, send: Any, status: int, body: bytes, retry: float = 0) -> None:
+        headers = [(b"content-type", b"text/plain; charset=utf-8")]
+        if status == 401 and self.creds.basic is not None:
+            headers.append((b"www-authenticate", b'Basic realm="da3-edge"'))
+        if retry:
+            headers.append((b"retry-after", str(int(retry)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
