@@ -170,6 +170,18 @@ def hostname(user_data: Path) -> str:
     return name if isinstance(name, str) and name else "raspberrypi"
 
 
+def check_no_links(bundle: Path) -> None:
+    """FAT holds no symbolic links: one at or under the bundle's place is not the card's
+    own, and card would delete and write through it, outside the partition."""
+    links = [bundle] if bundle.is_symlink() else []
+    if bundle.is_dir() and not links:
+        links = [p for p in bundle.rglob("*") if p.is_symlink()]
+    if links:
+        raise CardError(
+            f"{links[0]}: a symbolic link (a FAT card has none): remove it; nothing written"
+        )
+
+
 def check_not_booted(boot: Path, user_data: str) -> None:
     """A card whose first boot has run: cloud-init runs ``runcmd`` once per instance
     (Imager's meta-data instance-id), so a new bundle would never be installed."""
@@ -230,12 +242,32 @@ def merge_user_data(text: str, where: str) -> str | None:
                 "remove it and run da3-edge card again"
             )
         assert root is not None
-        node = next(v for k, v in root.value if k.value == "runcmd")
+        keys = [k for k, _ in root.value if getattr(k, "value", None) == "runcmd"]
+        if len(keys) > 1:
+            raise CardError(
+                f"{where}: runcmd appears {len(keys)} times (cloud-init takes the last): keep one"
+            )
+        node = next((v for k, v in root.value if getattr(k, "value", None) == "runcmd"), None)
+        if node is None or node.start_mark.index < _key_end(root, "runcmd"):
+            # from a merge key (<<:) or an alias (*name): its items are written elsewhere
+            raise CardError(
+                f"{where}: its runcmd list is written elsewhere (an alias or a merge key): "
+                f"write it out under runcmd:, or add `- {ENTRY_TEXT}` to it by hand"
+            )
         merged = _append_item(text, node, nl)
-    again = yaml.safe_load(merged)
+    try:
+        again = yaml.safe_load(merged)
+    except yaml.YAMLError:
+        again = None
     if again != {**data, "runcmd": [*(runcmd or []), ENTRY]}:
         raise CardError(f"{where}: cannot add the install step to its runcmd list safely")
     return merged
+
+
+def _key_end(root: Any, key: str) -> int:
+    """Where the (last) ``key`` of the mapping node ``root`` ends in the text."""
+    marks = [k.end_mark.index for k, _ in root.value if getattr(k, "value", None) == key]
+    return marks[-1] if marks else 1 << 62
 
 
 def _append_item(text: str, node: Any, nl: str) -> str:
@@ -320,6 +352,7 @@ def plan(
     except (OSError, UnicodeDecodeError) as exc:
         raise CardError(f"{user_data}: cannot read it ({exc})") from None
     check_not_booted(boot, text)
+    check_no_links(boot / BUNDLE)
     check_config(config, models)
     result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
     sources = _bundle_sources(checkout, models if bundle_models else None, wheel, config)

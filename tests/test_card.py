@@ -531,3 +531,25 @@ def test_first_boot_passes_the_cards_models_url_to_the_installer(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "args").read_text().splitlines()
     assert args[:4] == ["--models-url", "https://example.org/m.tar.gz", "--models-sha256", sha]
+
+
+def test_card_never_writes_through_a_link_in_its_place(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    """A boot folder (not a FAT card: a directory a user can plant links in) whose
+    da3-edge/ is a link elsewhere: refused, the elsewhere untouched."""
+    boot = tmp_path / "boot"
+    boot.mkdir()
+    for name, data in imager_files().items():
+        (boot / name).write_bytes(data)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("keep me")
+    (boot / card.BUNDLE).symlink_to(elsewhere)
+    proc = card_cli(boot, card_models, wheel)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"da3-edge: error: {boot / card.BUNDLE}: a symbolic link (a FAT card has none): "
+        "remove it; nothing written"
+    ]
+    assert [p.name for p in elsewhere.iterdir()] == ["precious"]

@@ -201,3 +201,53 @@ def test_snap_goes_on_past_bad_files(
     assert (tmp_path / "out" / "good-a.json").exists() and (
         tmp_path / "out" / "good-b.json"
     ).exists()
+
+
+USER_DATA_PARTS = {
+    "head": ["#cloud-config\n", "#cloud-config \n", "#cloud-config\r\n", "", "#cloud-conf\n"],
+    "before": ["", "hostname: pi\n", "base: &cmds\n- [echo, a]\n", "a: &x {runcmd: [[echo, m]]}\n",
+               "users:\n- name: pi\n  groups: [a, b]\n", "# a comment\n", "key: 'x'\n"],
+    "runcmd": ["runcmd:\n- [echo, a]\n", "runcmd: [[echo, a], [echo, b]]\n", "runcmd: *cmds\n",
+               "<<: *x\n", "runcmd: &r\n- [echo, a]\n", "runcmd:\n- &e [echo, a]\n- *e\n",
+               "runcmd:\n  - echo a\n  - |\n    echo b\n", "runcmd: []\n", "runcmd: 'echo'\n",
+               "runcmd:\n- [echo, a]\nruncmd:\n- [echo, b]\n", "runcmd:\n- [echo, a]  # c\n",
+               "runcmd:\n- - echo\n  - a\n", "", "runcmd:\n- [bash, /boot/firmware/da3-edge/x.sh]\n"],
+    "after": ["", "packages: [avahi-daemon]\n", "rpi: {interfaces: {serial: true}}\n", "x: [\n"],
+}  # fmt: skip
+
+
+def test_card_merges_or_refuses_any_user_data_in_one_line() -> None:
+    """Imager's user-data as owners and tools may leave it (aliases, merge keys, anchors,
+    flow style, block scalars, CRLF, duplicate keys, broken YAML), every combination and
+    then seeded mutations: card's merge gives Imager's data plus its one entry, or a
+    one-line CardError; never another exception."""
+    import itertools
+
+    import yaml
+
+    from edge import card
+    from edge.errors import CardError
+
+    rng = random.Random(SEED)
+    texts = ["".join(parts) for parts in itertools.product(*USER_DATA_PARTS.values())]
+    texts += [
+        mutations(rng.choice(texts).encode(), rng).decode("utf-8", "replace") for _ in range(3000)
+    ]
+    outcomes: collections.Counter[str] = collections.Counter()
+    for text in texts:
+        if "\r\n" in text:
+            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+        try:
+            merged = card.merge_user_data(text, "user-data")
+        except CardError as exc:
+            assert "\n" not in str(exc), str(exc)
+            outcomes["refused"] += 1
+            continue
+        if merged is None:
+            outcomes["there already"] += 1
+            continue
+        data, again = yaml.safe_load(text) or {}, yaml.safe_load(merged)
+        assert again == {**data, "runcmd": [*(data.get("runcmd") or []), card.ENTRY]}, text
+        outcomes["merged"] += 1
+    print(dict(outcomes), f"of {len(texts)}")
+    assert outcomes["merged"] > 100 and outcomes["refused"] > 100

@@ -449,3 +449,9 @@ def test_health_names_what_is_wrong(tmp_path: Path) -> None:
     assert health_of(root, hung).endswith(
         "s old (serve.max_age 2 s); camera stalled (no frame for 8 s), store ok"
     )
+    # A frame stamped an hour ahead (a clock set back since, or a forged record) is no
+    # proof of a working daemon; nor is a status.json from the future.
+    record.write_text(json.dumps({"store_seq": 7, "t_written": now + 3600}))
+    assert health_of(root, running).startswith("newest frame stamped 3600 s in the future")
+    ahead = {**running, "updated_at_unix": now + 3600}
+    assert health_of(root, ahead).startswith("daemon not reporting")

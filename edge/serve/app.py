@@ -271,6 +271,9 @@ def make_app(
     return app
 
 
+FUTURE_S = 2.0  # a stamp further ahead than this is no proof of freshness
+
+
 def health(hub: Hub, *, max_age: float, status_every: float) -> tuple[bool, str]:
     """(healthy, why): the daemon running, reporting, and its newest frame fresh."""
     status = hub.status()
@@ -282,10 +285,12 @@ def health(hub: Hub, *, max_age: float, status_every: float) -> tuple[bool, str]
     updated = status.get("updated_at_unix")
     stale_after = 3 * status_every + 2
     now = time.time()
-    if not isinstance(updated, (int, float)) or now - updated > stale_after:
+    if not isinstance(updated, (int, float)) or not -FUTURE_S <= now - updated <= stale_after:
         return False, f"daemon not reporting: {layout.STATUS} older than {stale_after:g} s"
     newest = hub.read_newest()
     written = newest.record.get("t_written") if newest is not None else None
+    if isinstance(written, (int, float)) and now - written < -FUTURE_S:
+        return False, f"newest frame stamped {written - now:.0f} s in the future: a clock moved"
     if not isinstance(written, (int, float)) or now - written > max_age:
         age = "no frame yet" if written is None else f"newest frame {now - written:.1f} s old"
         cam, store = status.get("camera", {}), status.get("store", {})
