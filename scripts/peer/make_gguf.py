@@ -22,9 +22,41 @@ A GGUF made from random weights is named so by its checkpoint name
 from __future__ import annotations
 
 import argparse
+import contextlib
 import runpy
 import sys
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def peer_scripts(peer_src: Path) -> Iterator[None]:
+    """The peer's own ``scripts`` in place of da3-edge's while its converter loads: the
+    peer's folder has no ``__init__.py`` (a namespace package), so da3-edge's regular
+    package of the same name, imported already (``-m scripts.peer.make_gguf``), would
+    win and ``scripts.gguf_keys`` would not be found. da3-edge's is put back after."""
+    ours = {k: m for k, m in sys.modules.items() if k == "scripts" or k.startswith("scripts.")}
+    for name in ours:
+        del sys.modules[name]
+    theirs = types.ModuleType("scripts")
+    theirs.__path__ = [str(peer_src / "scripts")]
+    sys.modules["scripts"] = theirs
+    try:
+        yield
+    finally:
+        for name in [k for k in sys.modules if k == "scripts" or k.startswith("scripts.")]:
+            del sys.modules[name]
+        sys.modules.update(ours)
+
+
+def load_writer(peer_src: Path) -> Callable[..., None]:
+    """The peer's ``write_da3_gguf``, its file run as a module of its own."""
+    converter = peer_src / "scripts" / "convert_da3_to_gguf.py"
+    with peer_scripts(peer_src):
+        found = runpy.run_path(str(converter), run_name="peer_convert")
+    writer: Callable[..., None] = found["write_da3_gguf"]
+    return writer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     converter = args.peer_src / "scripts" / "convert_da3_to_gguf.py"
     if not converter.is_file():
         ap.error(f"{converter}: not found (is --peer-src a depth-anything.cpp checkout?)")
-    try:  # the peer's file, run as a module of its own (its package is also "scripts")
-        write_da3_gguf = runpy.run_path(str(converter), run_name="peer_convert")["write_da3_gguf"]
+    try:
+        write_da3_gguf = load_writer(args.peer_src)
     except ImportError as exc:
         ap.error(f"cannot load the peer's writer ({exc}); pip install gguf")
 
