@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,18 @@ def test_every_environment_variable_is_in_the_reference() -> None:
     missing = {name: where for name, where in used.items() if name not in documented}
     assert not missing, f"not in docs/reference/environment.md: {missing}"
     assert documented <= set(used), f"documented, read nowhere: {documented - set(used)}"
+
+
+def test_owner_commands_install_no_developer_tools() -> None:
+    """Every ``uv run da3-edge ...`` a reader is told to type carries ``--no-dev``: a
+    plain ``uv run`` syncs the dev group (playwright, scikit-image, scipy, mypy, ruff)
+    onto an owner's laptop (``uv run`` adds, never removes: a developer's checkout keeps
+    its tools)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "systemd/README.md"]
+    bad = [
+        f"{page.relative_to(ROOT)}: {line.strip()}"
+        for page in pages
+        for line in page.read_text().splitlines()
+        if re.search(r"\buv run (?!--no-dev\b)(?:--\S+ )*da3-edge\b", line)
+    ]
+    assert not bad, bad

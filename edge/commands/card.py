@@ -138,7 +138,7 @@ def main(args: Sequence[str] | None = None) -> int:
     if checkout is None:
         raise CardError(
             "da3-edge card needs a da3-edge checkout (the installer, requirements/, "
-            "systemd/, docs/): run it from the clone's environment (uv run da3-edge card)"
+            "systemd/, docs/): run it from the clone's environment (uv run --no-dev da3-edge card)"
         )
     card.check_partition(boot)  # the cheap refusals before the models are loaded
     with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as name:
