@@ -10,6 +10,7 @@ requirements file that no longer matches uv.lock, a template cloud-init rejects.
 from __future__ import annotations
 
 import json
+import os
 import plistlib
 import re
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .support import ROOT
-from .support.tools import require_tool, run_cli
+from .support.tools import require_tool, run_cli, skip_or_fail
 from .support.units import parse_unit
 
 INSTALLER = ROOT / "scripts" / "install-pi.sh"
@@ -307,3 +308,27 @@ def test_deploy_docs_are_linked() -> None:
     assert "launchctl bootstrap gui/" in mac and PLIST.name in mac
     for path in re.findall(r"\]\(([^)#:]+)\)", PI_DOC.read_text() + mac):
         assert (PI_DOC.parent / path).exists(), path
+
+
+def test_the_export_setup_refuses_an_old_python_before_any_download(tmp_path: Path) -> None:
+    """Ubuntu 22.04's Python 3.10 (or Homebrew's newest): one line naming the versions
+    that work and how to get one, before a venv or a download."""
+    old = next(
+        (str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.10*/bin/python3"))), None
+    )
+    if old is None:
+        skip_or_fail("no Python 3.10 here to stand for an old one (this machine's pyenv has one)")
+    venv = tmp_path / "venv"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts/setup-export-env.sh")],
+        env={**os.environ, "PYTHON": old, "DA3_EDGE_EXPORT_VENV": str(venv)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"setup-export-env.sh: error: {old} is Python 3.10; the export environment needs 3.11, "
+        "3.12 or 3.13 (the pinned torch and litert-torch have wheels for those only): install "
+        "one (apt install python3.11, brew install python@3.13, uv python install 3.12) and "
+        "run again with PYTHON=python3.12"
+    ]
+    assert not venv.exists()
