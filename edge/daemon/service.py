@@ -345,12 +345,11 @@ class Daemon:
         (a half-working daemon that no one restarts is worse than a restart)."""
         try:
             target()
-        except CameraWedged as exc:  # expected, and said in one line
-            log.critical("%s: exiting, so that a new process gets the camera back", exc)
-            self.died.setdefault(name, first_line(exc))
-            self.stop_event.set()
         except BaseException as exc:
-            log.critical("thread %s died", name, exc_info=True)
+            if isinstance(exc, CameraWedged):  # expected, and said in one line
+                log.critical("%s: exiting, so that a new process gets the camera back", exc)
+            else:
+                log.critical("thread %s died", name, exc_info=True)
             self.died.setdefault(name, first_line(exc))
             self.stop_event.set()
 
