@@ -318,6 +318,7 @@ def test_the_export_setup_refuses_an_old_python_before_any_download(tmp_path: Pa
     )
     if old is None:
         skip_or_fail("no Python 3.10 here to stand for an old one (this machine's pyenv has one)")
+    assert old is not None
     venv = tmp_path / "venv"
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts/setup-export-env.sh")],

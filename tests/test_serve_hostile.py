@@ -434,3 +434,28 @@ def test_backoff_doubles_clears_and_forgets() -> None:
     for client in ("b", "c", "d"):  # a fourth address: the longest idle, "a", is forgotten
         backoff.failed(client)
     assert backoff.wait("a") == 0 and backoff.wait("d") == 0.5
+
+
+def test_plain_stream_readers_leave_slots_for_the_page(tmp_path: Path) -> None:
+    """Eight plain readers of /stream.mjpg from one address (curl in a loop) took every
+    slot and the page's /events answered 503: streams from one address are capped, and a
+    quarter of the slots stays for events."""
+    cfg = config(tmp_path)
+    root = store(tmp_path)
+    noise_png(root / "frames" / "0000000042" / "frame.preview.png", side=64)
+    with serving(["--config", str(cfg), "--store", str(root)], tmp_path / "serve.log") as s:
+        socks, codes = [], []
+        try:
+            for _ in range(8):
+                sock = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+                sock.sendall(b"GET /stream.mjpg HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                codes.append(int(sock.recv(64).split()[1]))
+                socks.append(sock)
+            events = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            events.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            events_code = int(events.recv(64).split()[1])
+            events.close()
+        finally:
+            close_all(socks)
+    print(f"eight streams from one address: {codes}; then /events: {events_code}")
+    assert codes == [200, 200] + [503] * 6 and events_code == 200

@@ -177,9 +177,13 @@ def make_app(
             return first
         if await hub.jpeg(first, view) is None:
             return _no_jpeg(view)
-        sub = hub.subscribe()
+        peer = str((request.client.host if request.client else "") or "?")
+        sub = hub.subscribe("stream", peer)
         if sub is None:
-            return _unavailable(f"too many clients (serve.clients = {clients})")
+            return _unavailable(
+                f"too many streams (serve.clients = {clients}: at most {hub.per_address} from "
+                "one address, a quarter kept for events)"
+            )
 
         async def parts() -> AsyncIterator[bytes]:
             # Each part is followed by the next boundary at once: a browser shows a

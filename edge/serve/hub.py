@@ -54,8 +54,10 @@ class Newest:
 
 
 class Subscriber:
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "events", client: str = "") -> None:
         self.queue: asyncio.Queue[Newest | None] = asyncio.Queue(QUEUE)
+        self.kind = kind  # "events" or "stream"
+        self.client = client  # the peer's address
 
 
 class Hub:
@@ -173,13 +175,26 @@ class Hub:
             sub.queue.get_nowait()
         sub.queue.put_nowait(None)  # wakes it to leave
 
-    def subscribe(self) -> Subscriber | None:
-        """A new subscriber, or None when ``clients`` are already here."""
+    def subscribe(self, kind: str = "events", client: str = "") -> Subscriber | None:
+        """A new subscriber, or None when there is no slot for it. Of the ``clients``
+        slots, MJPEG streams (heavy, and any plain ``curl`` holds one) may take all but
+        a quarter (the page's events always find one) and at most ``per_address`` from
+        one address; events take any free slot."""
         if len(self.subscribers) >= self.clients:
             return None
-        sub = Subscriber()
+        if kind == "stream":
+            streams = [s for s in self.subscribers if s.kind == "stream"]
+            mine = sum(s.client == client for s in streams)
+            if len(streams) >= self.clients - max(1, self.clients // 4) or mine >= self.per_address:
+                return None
+        sub = Subscriber(kind, client)
         self.subscribers.add(sub)
         return sub
+
+    @property
+    def per_address(self) -> int:
+        """Streams one address may hold (behind a reverse proxy every client is one)."""
+        return max(2, self.clients // 4)
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
