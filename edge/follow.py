@@ -72,38 +72,24 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 def check_root(root: Path, st: os.stat_result | None = None) -> None:
     """UnsafeStore unless ``root`` (lstat'ed, or ``st``) is a directory that no one but
     its owner can write to, and whose owner is this user or root, or whose group is one
-    of this user's and its owner's own (primary) group: serve and publish run as users
-    of their own in the daemon's group, which reads the daemon's store, while another
-    member of that group (the Pi's owner) cannot pass a store of theirs off as the
-    daemon's. One line each, saying what to do."""
+    of this user's (serve and publish run as users of their own in the daemon's group,
+    which reads the daemon's store); one line each, saying what to do."""
     st = os.lstat(root) if st is None else st
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeStore(f"store {root} is a symbolic link: give the directory it points to")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeStore(f"store {root} is not a directory")
-    ours = st.st_uid in (os.geteuid(), 0) or (
-        st.st_gid in (os.getegid(), *os.getgroups()) and _primary_group(st.st_uid) == st.st_gid
-    )
+    ours = st.st_uid in (os.geteuid(), 0) or st.st_gid in (os.getegid(), *os.getgroups())
     if not ours:
         raise UnsafeStore(
-            f"store {root} belongs to uid {st.st_uid} and gid {st.st_gid}: neither this user "
-            f"(uid {os.geteuid()}) nor a user whose own group is one of this user's: use a "
-            "store of your own"
+            f"store {root} belongs to uid {st.st_uid} and gid {st.st_gid}, neither this user "
+            f"(uid {os.geteuid()}) nor one of its groups: use a store of your own"
         )
     if st.st_mode & 0o022:
         raise UnsafeStore(
             f"store {root} can be written by group or others (mode {st.st_mode & 0o777:o}): "
             f"chmod go-w {root}"
         )
-
-
-def _primary_group(uid: int) -> int | None:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        return None
 
 
 def refuse_unsafe(root: Path) -> None:

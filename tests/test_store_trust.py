@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -166,7 +165,7 @@ UNSAFE = {
     "a symbolic link": "is a symbolic link: give the directory it points to",
     "writable by others": "can be written by group or others (mode 777): chmod go-w",
     "writable by the group": "can be written by group or others (mode 775): chmod go-w",
-    "another user's": "belongs to uid 65534 and gid 65534: neither this user (uid 0) nor a user",
+    "another user's": "belongs to uid 65534 and gid 65534, neither this user (uid 0) nor one",
 }
 
 
@@ -225,32 +224,3 @@ def test_no_private_place_for_the_store_is_an_error_not_tmp(tmp_path: Path) -> N
         "$XDG_RUNTIME_DIR is not set; give --store DIR (config store.dir), a directory only "
         "this user can write"
     ]
-
-
-@pytest.mark.parametrize(
-    ("owner", "trusted"), [(1, True), (2, False)], ids=["the group's own user", "another member"]
-)
-def test_a_group_store_is_trusted_only_from_the_groups_own_user(
-    tmp_path: Path, owner: int, trusted: bool
-) -> None:
-    """A reader in group 1 (as serve is in the daemon's group): a store of group 1,
-    0750, owned by user 1 (whose own group it is, as the daemon's is) is read; owned by
-    user 2 (a member who chgrp'ed it: the Pi's owner, say), it is refused (a frame
-    forged there would be served as the daemon's)."""
-    base = Path(tempfile.mkdtemp(prefix="da3-edge-group-"))
-    try:
-        base.chmod(0o755)
-        root = base / "store"
-        root.mkdir(mode=0o750)
-        os.chown(root, owner, 1)
-        code = f"from pathlib import Path; from edge.follow import check_root; check_root(Path({str(root)!r}))"
-        proc = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--groups=1", sys.executable, "-c", code],
-            capture_output=True, text=True, cwd=ROOT, timeout=60,
-        )  # fmt: skip
-    finally:
-        subprocess.run(["rm", "-rf", str(base)], check=False)
-    print(proc.stderr.strip().splitlines()[-1:] if proc.stderr else "accepted")
-    assert (proc.returncode == 0) == trusted, proc.stderr
-    if not trusted:
-        assert "nor a user whose own group is one of this user's" in proc.stderr
