@@ -194,8 +194,9 @@ if [ "${1:-}" = --inner ]; then
         >"$WORK/url/serve-users"
     install_run run3b --from "/mnt/dist/$WHEEL" --models /mnt/models \
         --serve-users /mnt/url/serve-users || bad "--serve-users: exit non-zero"
-    check "--serve-users: /etc/da3-edge/serve-users is da3-edge-serve's, 0600: $(stat -c '%a %U:%G' "$ROOT/etc/da3-edge/serve-users")" \
-        test "$(stat -c '%a %U:%G' "$ROOT/etc/da3-edge/serve-users")" = "600 da3-edge-serve:da3-edge"
+    users_mode=$(in_root stat -c '%a %U:%G' /etc/da3-edge/serve-users)  # the root's names
+    check "--serve-users: /etc/da3-edge/serve-users is da3-edge-serve's, 0600: $users_mode" \
+        test "$users_mode" = "600 da3-edge-serve:da3-edge"
     check "--serve-users: serve's LAN drop-in installed" \
         cmp -s "$SNAP/systemd/serve-lan.conf" "$ROOT/etc/systemd/system/da3-edge-serve.service.d/lan.conf"
     snapshot >"$WORK/after3b.snap"
