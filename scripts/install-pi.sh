@@ -6,7 +6,7 @@
 # What it does, in order (docs/how-to/raspberry-pi.md explains each step):
 #   apt packages, models (fetched and checked first), the da3-edge user, the venv in
 #   /opt/da3-edge/venv (uv from PyPI, the runtime set pinned with hashes in
-#   requirements/), the models in /var/lib/da3-edge/models, the config in
+#   requirements/), the models in /opt/da3-edge/models, the config in
 #   /etc/da3-edge/da3-edge.toml (created once; only --config replaces it), docs/ and systemd/ in
 #   /opt/da3-edge/, the units: the daemon and serve on 127.0.0.1:8000 (enabled; started
 #   when systemd runs). --uninstall takes it all away again (--purge: data and user too).
@@ -18,8 +18,12 @@ OPT=/opt/da3-edge
 VENV=$OPT/venv
 ETC=/etc/da3-edge
 CONFIG=$ETC/da3-edge.toml
+# The models are root's and read-only to every service (the daemon never writes them);
+# /var/lib/da3-edge is the daemon's StateDirectory=, where root works by no path at all:
+# a process running as the service user could swap or plant anything in it.
+MODELS=$OPT/models
 STATE=/var/lib/da3-edge
-MODELS=$STATE/models
+OLD_MODELS=$STATE/models  # older installs kept the models here, owned by the service user
 UNIT_DIR=/etc/systemd/system
 UNITS=(da3-edge da3-edge-serve da3-edge-publish)  # the daemon, serve (HTTP, loopback), MQTT
 # serve and publish run as users of their own in the daemon's group (each reads only its
@@ -59,7 +63,7 @@ options:
   --from PATH           da3-edge to install: a wheel (.whl) or a source checkout
                         (default: the checkout this script is in)
   --models DIR          copy this model directory (manifest.json, *.tflite, *.pte)
-                        into /var/lib/da3-edge/models
+                        into /opt/da3-edge/models
   --models-url URL      download a .tar.gz of a model directory (https://, file://)
   --models-sha256 HEX   the SHA-256 of that .tar.gz (required with --models-url),
                         checked before anything is extracted or installed
@@ -82,7 +86,7 @@ options:
   -h, --help            show this help and exit
 
 Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
-once; only --config replaces it), /var/lib/da3-edge/models, /opt/da3-edge/{docs,systemd}
+once; only --config replaces it), /opt/da3-edge/models, /opt/da3-edge/{docs,systemd}
 and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs),
 with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000) and
 da3-edge-publish.service (MQTT; installed disabled until [mqtt] is configured).
@@ -182,8 +186,13 @@ if [ $UNINSTALL -eq 1 ]; then
         rm -f "$UNIT_DIR/$unit.service"
         note "removed $UNIT_DIR/$unit.service"
     done
-    rm -rf "$OPT"
-    note "removed $OPT (the venv, docs, units' copies)"
+    if [ $PURGE -eq 1 ]; then
+        rm -rf "$OPT"
+        note "removed $OPT (the venv, the models, docs, units' copies)"
+    elif [ -d "$OPT" ]; then
+        find "$OPT" -mindepth 1 -maxdepth 1 ! -path "$MODELS" -exec rm -rf {} +
+        note "removed the venv, docs and units' copies from $OPT"
+    fi
     if grep -q "written by install-pi.sh" "$BIN_LINK" 2>/dev/null; then
         rm -f "$BIN_LINK"
         note "removed $BIN_LINK"
@@ -193,7 +202,7 @@ if [ $UNINSTALL -eq 1 ]; then
         # The store is the daemon's RuntimeDirectory (gone with the unit's stop); a store
         # left by a daemon run by hand, and the first boot's log, go too.
         rm -rf "$ETC" "$STATE" "$CACHE" /run/da3-edge /var/log/da3-edge-install.log
-        note "removed $ETC, $STATE (models), $CACHE, /run/da3-edge"
+        note "removed $ETC, $STATE, $CACHE, /run/da3-edge"
         for user in "${COMPANIONS[@]}" "$USER_NAME"; do
             if id -u "$user" >/dev/null 2>&1; then
                 userdel "$user"
@@ -245,7 +254,8 @@ command -v apt-get >/dev/null || die "apt-get not found: this installer is for R
 
 TMP=$(mktemp -d /tmp/da3-edge-install.XXXXXX)
 PULLED=$CACHE/installer/models-pull  # root's: --models-url lands here, then is installed
-cleanup() { rm -rf "$TMP" "$STATE"/.models-new.* "$PULLED"; }
+HOLD=""  # a root-only folder the models of an older install are moved into
+cleanup() { rm -rf "$TMP" "$OPT"/.models-new.* "$PULLED" ${HOLD:+"$HOLD"}; }
 trap cleanup EXIT
 os_name=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo "unknown OS")
 echo "da3-edge installer: $os_name, $(uname -m); from $FROM"
@@ -388,6 +398,11 @@ else
     note "installed $("$VENV/bin/uv" --version) from PyPI (hash-checked)"
 fi
 UV=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --compile-bytecode)
+# uv makes its lock files writable by every user (for caches shared between users):
+# here its cache is root's alone, and the venv's lock is made root's after it (a flock
+# held by another user would stall every later install).
+mkdir -p "$CACHE/uv"
+chmod 0700 "$CACHE/uv"
 
 step "runtime packages (requirements/runtime.txt)"
 if [ ${#OVERRIDE[@]} -gt 0 ]; then
@@ -398,7 +413,11 @@ fi
 step "da3-edge"
 WHEEL=$FROM
 if [ -d "$FROM" ]; then
-    "$VENV/bin/uv" build --quiet --wheel --python "$VENV/bin/python" --out-dir "$TMP/dist" "$FROM"
+    # As root, offline: uv builds with its own backend (the uv requirements/uv.txt pins,
+    # hash-checked) and fetches none (an unpinned uv_build from PyPI, run as root).
+    "$VENV/bin/uv" build --quiet --wheel --offline --python "$VENV/bin/python" \
+        --out-dir "$TMP/dist" "$FROM" \
+        || die "cannot build a wheel of $FROM with uv's own build backend: build one elsewhere (uv build --wheel) and give --from WHEEL"
     WHEEL=$(ls "$TMP"/dist/*.whl)
     note "built $(basename "$WHEEL") from $FROM"
 fi
@@ -469,6 +488,8 @@ else
     echo "$PROG: warning: ExecuTorch runner not built ($(tail -n 1 "$TMP/executorch.err" | sed 's/^da3-edge: error: //')); the numpy stages will run; retry: sudo $VENV/bin/da3-edge install-executorch" >&2
 fi
 
+find "$VENV" -maxdepth 1 -name '*.lock' -type f -perm /022 -exec chmod go-w {} +
+
 # ---------------------------------------------------------------------------- models, installed
 same_models() {  # same model files, same bytes?
     local a=$1 b=$2 f
@@ -481,13 +502,34 @@ same_models() {  # same model files, same bytes?
     done
 }
 CHANGED_MODELS=0
+# An older install's models, in the service user's directory: renamed (rename(2) follows
+# no link) into a folder only root can enter, so nothing can change them from then on;
+# of what arrives there, plain files with one name are staged like any models, the rest
+# (links, hard links to other files) dropped, and the service's copy is gone either way.
+if [ -e "$OLD_MODELS" ] || [ -L "$OLD_MODELS" ]; then
+    step "models: out of $STATE"
+    HOLD=$(mktemp -d /var/lib/.da3-edge-models.XXXXXX)
+    mv -T "$OLD_MODELS" "$HOLD/models"
+    if [ -d "$HOLD/models" ] && [ ! -L "$HOLD/models" ]; then
+        dropped=$(find "$HOLD/models" -mindepth 1 \( ! -type f -o -links +1 \) -printf '%P ' -prune)
+        [ -z "$dropped" ] || note "dropped (not a plain file): $dropped"
+        find "$HOLD/models" -mindepth 1 \( ! -type f -o -links +1 \) -prune -exec rm -rf {} +
+        if [ -z "$NEW_MODELS" ] && [ ! -e "$MODELS/manifest.json" ]; then
+            NEW_MODELS=$HOLD/models
+            note "moving $OLD_MODELS (the service user's) to $MODELS (root's)"
+        else
+            note "removed $OLD_MODELS (the service user's); the models live in $MODELS"
+        fi
+    else
+        note "removed $OLD_MODELS: not a folder"
+    fi
+fi
 if [ -n "$NEW_MODELS" ]; then
     step "models -> $MODELS"
-    mkdir -p "$STATE"
     if same_models "$NEW_MODELS" "$MODELS"; then
         note "unchanged: same files as $NEW_MODELS"
     else
-        stage=$(mktemp -d "$STATE/.models-new.XXXXXX")
+        stage=$(mktemp -d "$OPT/.models-new.XXXXXX")
         for f in "$NEW_MODELS"/manifest.json "$NEW_MODELS"/*.tflite "$NEW_MODELS"/*.pte; do
             [ -e "$f" ] && cp -- "$f" "$stage/"
         done
@@ -497,12 +539,12 @@ if [ -n "$NEW_MODELS" ]; then
         # the service user: LiteRT parses files that came from elsewhere, not as root.
         as_service "$VENV/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
         if [ -d "$MODELS" ]; then
-            old="$STATE/.models-old.$$"
-            mv "$MODELS" "$old"
-            mv "$stage" "$MODELS" || { mv "$old" "$MODELS"; die "cannot move the new models into place"; }
+            old="$OPT/.models-old.$$"
+            mv -T "$MODELS" "$old"
+            mv -T "$stage" "$MODELS" || { mv -T "$old" "$MODELS"; die "cannot move the new models into place"; }
             rm -rf "$old"
         else
-            mv "$stage" "$MODELS"
+            mv -T "$stage" "$MODELS"
         fi
         CHANGED_MODELS=1
         note "installed"
@@ -513,9 +555,6 @@ if [ -n "$NEW_MODELS" ]; then
         rm -f "$MODELS/.tar-sha256"
     fi
 fi
-mkdir -p "$STATE"
-# -h -P: the service user can write in $STATE; a link it left there is not followed.
-chown -R -h -P "$USER_NAME:$USER_NAME" "$STATE"
 if [ -f "$MODELS/manifest.json" ]; then
     step "models check"
     "$VENV/bin/da3-edge" models --models "$MODELS" | sed 's/^/    /'

@@ -333,3 +333,28 @@ def test_the_export_setup_refuses_an_old_python_before_any_download(tmp_path: Pa
         "run again with PYTHON=python3.12"
     ]
     assert not venv.exists()
+
+
+def test_the_installer_builds_a_checkout_offline_with_uvs_own_backend(tmp_path: Path) -> None:
+    """From a checkout the installer builds the wheel as root: offline, so with uv's
+    own build backend (the uv of requirements/uv.txt, hash-checked) and nothing fetched.
+    Its pin must lie in pyproject's uv_build range, or that build cannot happen."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pinned = re.search(r"^uv==([0-9.]+)", (ROOT / "requirements" / "uv.txt").read_text(), re.M)
+    assert pinned
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    (wanted,) = [Requirement(r) for r in project["requires"] if r.startswith("uv_build")]
+    assert pinned[1] in wanted.specifier, (pinned[1], str(wanted.specifier))
+    build = [line for line in INSTALLER.read_text().splitlines() if 'uv" build' in line]
+    assert len(build) == 1 and "--offline" in build[0], build
+    # What offline means for a build that needs a fetched backend: refused, not fetched.
+    uv = require_tool("uv", "pip install uv")
+    proc = subprocess.run(
+        [uv, "build", "--wheel", "--offline", "--force-pep517", "--no-cache",
+         "--out-dir", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "network was disabled" in proc.stderr, proc.stderr[-500:]

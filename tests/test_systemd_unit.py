@@ -254,7 +254,7 @@ def test_unit_paths_and_limits(unit: dict[str, dict[str, list[str]]]) -> None:
     assert service["CacheDirectoryMode"] == ["0700"]
     environment = dict(item.split("=", 1) for item in list_setting(service["Environment"]))
     # The models live in the StateDirectory, the one place besides /run it may write.
-    assert environment["DA3_EDGE_MODELS"] == "/var/lib/da3-edge/models"
+    assert environment["DA3_EDGE_MODELS"] == "/opt/da3-edge/models"
     assert environment["PYTHONUNBUFFERED"] == "1"
     memory_max = size_bytes(service["MemoryMax"][-1])
     assert 0.75 * 2**30 <= memory_max <= 1.5 * 2**30, memory_max

@@ -22,7 +22,7 @@ from edge import config as config_mod
 from edge.errors import EdgeError, OutputError, UsageError
 
 DEFAULT = "/etc/da3-edge/da3-edge.toml"  # the units' --config
-SERVICE_MODELS = "/var/lib/da3-edge/models"  # the daemon unit's DA3_EDGE_MODELS
+SERVICE_MODELS = "/opt/da3-edge/models"  # the daemon unit's DA3_EDGE_MODELS
 # What each section's change needs, for --reload: the daemon re-reads its file on
 # SIGHUP (reload); serve and publish read theirs at start (restart). Only running
 # units are touched (try-...).

@@ -22,7 +22,7 @@ die() { echo "$PROG: error: $*" >&2; exit 1; }
 
 # ------------------------------------------------------------------ inside the namespace
 if [ "${1:-}" = --inner ]; then
-    : "${WORK:?}" "${ROOT:?}" "${SNAP:?}" "${WHEEL:?}" "${URL_SHA:?}"
+    : "${WORK:?}" "${ROOT:?}" "${SNAP:?}" "${WHEEL:?}" "${URL_SHA:?}" "${SAME_SHA:?}"
     mount -t proc proc "$ROOT/proc"
     if [ "$(uname -m)" != aarch64 ]; then
         # qemu 7.2 shows the guest the host's x86 /proc/cpuinfo, and LiteRT's cpuinfo then
@@ -47,7 +47,7 @@ if [ "${1:-}" = --inner ]; then
     done
     in_root() { chroot "$ROOT" /usr/bin/env -i "${envs[@]}" "$@"; }
     as_daemon() {
-        in_root runuser -u da3-edge -- /usr/bin/env DA3_EDGE_MODELS=/var/lib/da3-edge/models "$@"
+        in_root runuser -u da3-edge -- /usr/bin/env DA3_EDGE_MODELS=/opt/da3-edge/models "$@"
     }
 
     if [ -n "$(ls "$ROOT"/usr/local/share/ca-certificates/*.crt 2>/dev/null)" ]; then
@@ -98,7 +98,37 @@ if [ "${1:-}" = --inner ]; then
         gid=$(grep '^da3-edge:' "$ROOT/etc/group" | cut -d: -f3)
         [ "$(grep -cE "^da3-edge-[a-z]+:[^:]*:[0-9]+:$gid:" "$ROOT/etc/passwd")" = 2 ]
     }
-    model_files() { (cd "$ROOT/var/lib/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
+    model_files() { (cd "$ROOT/opt/da3-edge/models" && ls -A | sort | tr '\n' ' '); }
+    # What the service user can write among the places root's installer writes (the
+    # daemon's own /var/lib/da3-edge aside): nothing, or root would work by a path that
+    # process controls (swap a staging folder for a link, plant one where root writes).
+    service_writable() {
+        # find's status says some folder was unreadable to it (root's 0700 caches): not the question.
+        { as_daemon find /opt/da3-edge /etc/da3-edge /etc/systemd/system /usr/local/bin \
+            /var/cache/da3-edge /var/log /var/lib -xdev -path /var/lib/da3-edge -prune \
+            -o -writable -print 2>/dev/null || true; } | tr '\n' ' '
+    }
+    # Plants by the service user (as_daemon): every link it can make where the installer
+    # works, naming $1 (a victim root owns); prints where it could.
+    plant() {
+        as_daemon python3 - "$1" <<'PY'
+import os, sys
+made = []
+for d in ("/var/lib/da3-edge", "/var/lib/da3-edge/models", "/opt/da3-edge", "/opt/da3-edge/models"):
+    names = [".tar-sha256"] + [f".models-old.{pid}" for pid in range(1, 1 << 15)]
+    for name in names:
+        path = os.path.join(d, name)
+        try:
+            if os.path.islink(path):
+                os.unlink(path)  # planted before, naming the other victim
+            os.symlink(sys.argv[1], path)
+        except OSError:
+            break  # not the service user's to write in
+    else:
+        made.append(d)
+print(" ".join(made))
+PY
+    }
 
     # The Pi's owner, as Imager makes it (a regular account, uid 1000), before anything.
     in_root useradd --create-home --uid 1000 --shell /bin/bash pi
@@ -121,13 +151,18 @@ if [ "${1:-}" = --inner ]; then
     check "unit, docs and systemd/README.md in place" test -f "$ROOT/etc/systemd/system/da3-edge.service" \
         -a -f "$ROOT/opt/da3-edge/systemd/README.md" -a -f "$ROOT/opt/da3-edge/docs/README.md"
     check "models verified before they went live" grep -q "  ok$" "$WORK/run1.out"
-    check "models owned by da3-edge" test "$(in_root stat -c %U /var/lib/da3-edge/models/manifest.json)" = da3-edge
+    check "models are root's: $(in_root stat -c '%U %a' /opt/da3-edge/models /opt/da3-edge/models/manifest.json | tr '\n' ' ')" \
+        test "$(in_root stat -c '%U %a' /opt/da3-edge/models /opt/da3-edge/models/manifest.json | tr '\n' ' ')" = "root 755 root 644 "
+    # The daemon's state directory, as systemd's StateDirectory= makes it at the first start.
+    in_root install -d -o da3-edge -g da3-edge -m 0755 /var/lib/da3-edge
+    writable=$(service_writable)
+    check "the service user can write nothing where the installer writes${writable:+: $writable}" test -z "$writable"
     check "the owner (pi) is in group da3-edge (reads /run/da3-edge)" \
         grep -Eq '^da3-edge:[^:]*:[0-9]+:(.*,)?pi(,.*)?$' "$ROOT/etc/group"
     as_owner() { in_root runuser -u pi -- /usr/bin/env PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
     owner_models=$(as_owner da3-edge models 2>&1 || true)
     check "da3-edge on the owner's PATH lists the service's models: '$(echo "$owner_models" | head -n 1)'" \
-        test "$(echo "$owner_models" | head -n 1)" = "/var/lib/da3-edge/models (da3-small)"
+        test "$(echo "$owner_models" | head -n 1)" = "/opt/da3-edge/models (da3-small)"
     deb_numpy=$(in_root dpkg-query -W -f='${Version}' python3-numpy 2>/dev/null || true)
     [ -n "$deb_numpy" ] || deb_numpy=$(in_root apt-cache policy python3-numpy | awk '/Candidate:/ {print $2}')
     deb_numpy=${deb_numpy#*:}
@@ -205,6 +240,19 @@ if [ "${1:-}" = --inner ]; then
     snapshot >"$WORK/after3c.snap"
     check "--serve-users again: nothing changed" same_snapshot after3b after3c
 
+    # 3d. The service user plants links where root's installer wrote before (the pack's
+    # hash file, the old models' parking place for every PID) to a file and a folder of
+    # root's, then a --models-url of the same files and one of new files: neither victim
+    # may change, and the models must land where they belong.
+    mkdir -p "$ROOT/root/victim-dir"
+    printf 'secret\n' >"$ROOT/root/victim-file"
+    chmod 0600 "$ROOT/root/victim-file"
+    planted=$(plant /root/victim-file)
+    install_run run3d --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/same.tar.gz \
+        --models-sha256 "$SAME_SHA" || bad "--models-url of the installed files: exit non-zero"
+    check "links planted by the service user (in: ${planted:-nowhere root works}): root's file not written" \
+        test "$(cat "$ROOT/root/victim-file")" = secret -a "$(stat -c %a "$ROOT/root/victim-file")" = 600
+    planted=$(plant /root/victim-dir)
     # 4. Models from a URL with the right SHA-256 (a different set: int8 only).
     install_run run4 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
         --models-sha256 "$URL_SHA" || bad "--models-url: exit non-zero"
@@ -213,6 +261,9 @@ if [ "${1:-}" = --inner ]; then
     check "--models-url: models replaced by exactly the archive's files ($(model_files))" \
         test "$(model_files)" = "$expected"
     check "--models-url: da3-edge models lists the new set" grep -q "int8" "$WORK/run4.out"
+    victims=$(ls -A "$ROOT/root/victim-dir")
+    check "links planted by the service user (in: ${planted:-nowhere root works}): the old models not moved into root's folder${victims:+: $victims}" \
+        test -z "$victims"
     snapshot >"$WORK/after4.snap"
     # Run from a folder holding modules of the standard library's names and picamera2's
     # (a shared download folder): root's Pythons must import none of them.
@@ -226,7 +277,7 @@ if [ "${1:-}" = --inner ]; then
         test ! -e "$ROOT/tmp/planted-ran"
     rm -rf "$ROOT/tmp/planted"
     snapshot >"$WORK/after5.snap"
-    check "--models-url again: not downloaded again" grep -q "unchanged: /var/lib/da3-edge/models already holds" "$WORK/run5.out"
+    check "--models-url again: not downloaded again" grep -q "unchanged: /opt/da3-edge/models already holds" "$WORK/run5.out"
     check "--models-url again: nothing changed" same_snapshot after4 after5
 
     # 5. A wrong SHA-256: refused with one line, nothing changed, nothing left behind.
@@ -241,8 +292,23 @@ if [ "${1:-}" = --inner ]; then
     check "wrong SHA-256: one error line on stderr (after the progress lines), naming the mismatch" \
         test "$(grep -vc '^download: ' "$WORK/run6.err")" = 1 -a -n "$(grep "expected $wrong: not the pack asked for" "$WORK/run6.err")"
     check "wrong SHA-256: nothing changed" same_snapshot after5 after6
-    leftovers=$(cd "$ROOT" && ls -d tmp/da3-edge-install.* var/lib/da3-edge/.models-* 2>/dev/null || true)
+    leftovers=$(cd "$ROOT" && ls -d tmp/da3-edge-install.* opt/da3-edge/.models-* var/lib/.da3-edge-models.* 2>/dev/null || true)
     check "no temporary files left behind${leftovers:+: $leftovers}" test -z "$leftovers"
+
+    # 5b. Models where older installs kept them, in the service user's directory, with a
+    # link it planted among them: moved to root's place, the link dropped (root's file
+    # not copied into the models), the service's copy gone.
+    before_files=$(model_files)
+    mv "$ROOT/opt/da3-edge/models" "$ROOT/var/lib/da3-edge/models"
+    in_root chown -R da3-edge:da3-edge /var/lib/da3-edge/models
+    as_daemon ln -s /root/victim-file /var/lib/da3-edge/models/extra.tflite
+    install_run run6b --from "/mnt/dist/$WHEEL" || bad "models of an older install: exit non-zero"
+    check "models of an older install: moved to /opt/da3-edge/models ($(model_files))" \
+        test "$(model_files)" = "$(echo "$before_files" | sed 's/\.tar-sha256 //')" -a ! -e "$ROOT/var/lib/da3-edge/models"
+    check "models of an older install: the planted link dropped, root's" \
+        grep -q "dropped (not a plain file): extra.tflite" "$WORK/run6b.out"
+    writable=$(service_writable)
+    check "models of an older install: the service user can write nothing where the installer writes${writable:+: $writable}" test -z "$writable"
 
     # 6. The ExecuTorch runner cannot be built (here: a compiler that fails): the install
     # ends with --require-executorch, and finishes without it, saying so in one line;
@@ -291,11 +357,11 @@ if [ "${1:-}" = --inner ]; then
     # 8. --uninstall keeps the config and the models; --purge then leaves nothing of
     # da3-edge: the whole tree as before the first install, apt's packages and logs aside.
     install_run uninstall --uninstall || bad "--uninstall: exit non-zero"
-    check "--uninstall: units, venv and /opt/da3-edge gone" \
-        test ! -e "$ROOT/opt/da3-edge" -a ! -e "$ROOT/etc/systemd/system/da3-edge.service" \
+    check "--uninstall: units and venv gone, /opt/da3-edge holds the models only: $(ls -A "$ROOT/opt/da3-edge" | tr '\n' ' ')" \
+        test "$(ls -A "$ROOT/opt/da3-edge")" = models -a ! -e "$ROOT/etc/systemd/system/da3-edge.service" \
         -a ! -e "$ROOT/etc/systemd/system/multi-user.target.wants/da3-edge.service"
     check "--uninstall: config and models kept" test -f "$ROOT/etc/da3-edge/da3-edge.toml" \
-        -a -f "$ROOT/var/lib/da3-edge/models/manifest.json"
+        -a -f "$ROOT/opt/da3-edge/models/manifest.json"
     install_run purge --uninstall --purge || bad "--uninstall --purge: exit non-zero"
     whole_tree >"$WORK/purged.tree"
     python3 "$SNAP/scripts/arm/tree_diff.py" leftovers "$WORK/before.tree" "$WORK/purged.tree" \
@@ -400,6 +466,11 @@ for a in manifest["artifacts"]:
 PY
 tar -czf "$WORK/url/models.tar.gz" -C "$WORK/url/src" da3-edge-models
 URL_SHA=$(sha256sum "$WORK/url/models.tar.gz" | cut -d' ' -f1)
+# And one of the very files --models installs (MODELS_DIR's).
+mkdir -p "$WORK/url/same"
+cp -r "$WORK/models" "$WORK/url/same/da3-edge-models"
+tar -czf "$WORK/url/same.tar.gz" -C "$WORK/url/same" da3-edge-models
+SAME_SHA=$(sha256sum "$WORK/url/same.tar.gz" | cut -d' ' -f1)
 
 ROOT=$WORK/root
 mkdir -p "$ROOT"
@@ -418,7 +489,7 @@ chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
 echo "rootfs: $ROOTFS_TAR -> $ROOT ($(. "$ROOT/etc/os-release" && echo "$PRETTY_NAME"), $(( SECONDS - start )) s to prepare)"
 
 set +e
-WORK=$WORK ROOT=$ROOT SNAP=$SNAP WHEEL=$WHEEL URL_SHA=$URL_SHA \
+WORK=$WORK ROOT=$ROOT SNAP=$SNAP WHEEL=$WHEEL URL_SHA=$URL_SHA SAME_SHA=$SAME_SHA \
     unshare --mount --pid --fork --propagation private -- bash "$0" --inner
 rc=$?
 set -e

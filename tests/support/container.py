@@ -109,7 +109,7 @@ class Container:
             shutil.copy(ROOT / "systemd" / unit, root / "etc/systemd/system" / unit)
         (root / "etc/da3-edge").mkdir()
         (root / "etc/da3-edge/da3-edge.toml").write_text(config)
-        target = root / "var/lib/da3-edge/models"
+        target = root / "opt/da3-edge/models"
         target.mkdir(parents=True)
         for f in daemon_models(models):
             shutil.copy(f, target / f.name)

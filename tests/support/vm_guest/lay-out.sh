@@ -7,10 +7,10 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro deps /opt/deps
 PYPATH=$PYPATH:/opt/src:/opt/deps
 PY=/usr/bin/python3
 useradd --system --no-create-home --shell /usr/sbin/nologin da3-edge
-install -d /opt/da3-edge/venv/bin /etc/da3-edge /var/lib/da3-edge/models
+install -d /opt/da3-edge/venv/bin /etc/da3-edge /opt/da3-edge/models
 # The venv's da3-edge: this Python (PYTHONPATH from the unit's drop-in, see daemon).
 printf '#!/bin/sh\nexec /usr/bin/python3 -m edge "$@"\n' >/opt/da3-edge/venv/bin/da3-edge
 chmod 755 /opt/da3-edge/venv/bin/da3-edge
 cp /opt/src/systemd/da3-edge.service /etc/systemd/system/
-cp /job/models/* /var/lib/da3-edge/models/
+cp /job/models/* /opt/da3-edge/models/
 systemctl daemon-reload
