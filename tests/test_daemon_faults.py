@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from edge.pipeline import Pipeline
 from edge.store import FrameStore
 from edge.systemd import Notifier
 
-from .support import fakedaemon
+from .support import fakedaemon, tools
 from .support.daemon import FAKE_CORES, DaemonProcess, Notifications, frame_dirs, write_config
 from .support.fakedaemon import SHAPES
 from .support.store import depth_frame
@@ -110,13 +109,8 @@ def test_a_config_that_is_not_utf8_is_one_line_at_start_and_at_check(tmp_path: P
 
 @pytest.fixture
 def world_readable() -> Iterator[Path]:
-    """A folder another user can reach (pytest's tmp_path is root's, 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="da3-edge-faults-"))
-    base.chmod(0o755)
-    try:
+    with tools.world_readable() as base:
         yield base
-    finally:
-        subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
 def test_a_reload_to_a_model_folder_the_service_cannot_enter_keeps_running(

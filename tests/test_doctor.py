@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from .support.tools import run_cli, tmpfs
+from .support import ROOT
+from .support.tools import run_cli, tmpfs, world_readable
 
 
 def test_ready_with_models_and_a_writable_store(small_models: Path, tmp_path: Path) -> None:
@@ -80,3 +83,33 @@ def test_picamera2_that_fails_to_import(
 
     with pytest.raises(CameraError, match=r"fails to import .* numpy<2"):
         Picamera2Source().open()
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_a_store_another_users_daemon_writes(readable: bool, tmp_path: Path) -> None:
+    """The Pi's owner runs doctor on the service's store (/run/da3-edge: da3-edge's,
+    0750, group da3-edge): ready when it can read it (not writing it is right: the
+    daemon does); when not, the line says which group to join. As nobody (setpriv):
+    root can write anything."""
+    nobody = 65534
+    with world_readable() as base:
+        store = base / "store"
+        store.mkdir(mode=0o750)
+        os.chown(store, 0, nobody if readable else 0)
+        proc = subprocess.run(
+            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+             sys.executable, "-m", "edge", "doctor", "--json",
+             "--models", str(base / "none"), "--store", str(store)],
+            capture_output=True, text=True, cwd=ROOT, check=False,
+        )  # fmt: skip
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    print(checks["store"])
+    if readable:
+        assert checks["store"]["status"] == "ok", checks["store"]
+        assert checks["store"]["detail"] == f"{store}: root's daemon writes it; readable here"
+    else:
+        assert checks["store"]["status"] == "FAIL", checks["store"]
+        assert (
+            "you cannot read it: join its group (sudo usermod -aG root $USER)"
+            in (checks["store"]["detail"])
+        )

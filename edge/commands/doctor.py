@@ -277,7 +277,29 @@ def check_store(given: Path | None) -> Check:
         refuse_unsafe(store)
     except UnsafeStore as exc:
         return Check("store", FAIL, str(exc))
+    if store.is_dir() and store.stat().st_uid != os.geteuid() and not os.access(store, os.W_OK):
+        return check_readers_store(store)
     return check_dir("store", store, blocking=True)
+
+
+def check_readers_store(store: Path) -> Check:
+    """A store another user's daemon writes (the service's, for the Pi's owner): ready
+    when it can be read here, which is all its readers need."""
+    import grp
+    import pwd
+
+    st = store.stat()
+    try:
+        owner, group = pwd.getpwuid(st.st_uid).pw_name, grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        owner, group = str(st.st_uid), str(st.st_gid)
+    if os.access(store, os.R_OK | os.X_OK):
+        return Check("store", OK, f"{store}: {owner}'s daemon writes it; readable here")
+    return Check(
+        "store", FAIL,
+        f"{store}: {owner}'s daemon writes it, and you cannot read it: join its group "
+        f"(sudo usermod -aG {group} $USER), then log in again",
+    )  # fmt: skip
 
 
 def check_camera_controls(store: Path | None) -> list[Check]:

@@ -98,3 +98,17 @@ def tmpfs(path: Path, *, size: str = "4m", read_only: bool = False) -> Iterator[
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def world_readable() -> Iterator[Path]:
+    """A folder another user can reach (pytest's tmp_path is root's, 0700), for what
+    runs as that user (``setpriv``: CI runs as root, where permissions prove nothing)."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="da3-edge-other-user-"))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
