@@ -297,6 +297,12 @@ apt_update() {
 }
 
 step "apt packages"
+# A package left half-installed (power lost during apt: a Pi unplugged in the middle of
+# its first boot) stops every apt-get until dpkg finishes it.
+if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+    note "dpkg was interrupted: dpkg --configure -a"
+    dpkg --configure -a
+fi
 need=(python3 python3-venv ca-certificates procps)  # procps: /bin/kill for ExecReload=
 need+=(g++)  # builds the ExecuTorch runner once (da3-edge install-executorch)
 command -v systemctl >/dev/null || need+=(systemd)
@@ -381,7 +387,8 @@ fi
 
 # ---------------------------------------------------------------------------- venv
 step "venv $VENV"
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c '' 2>/dev/null \
+# A venv whose pip does not run was cut short while it was made (ensurepip comes last).
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1 \
     && [ "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])')" = "$(python3 -c 'import sys; print(sys.version_info[:2])')" ]; then
     note "exists ($("$VENV/bin/python" --version))"
 else

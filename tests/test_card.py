@@ -25,6 +25,7 @@ from edge import card, packs
 from .support import ROOT, fat
 from .support.httpfile import Server
 from .support.tools import require_tool, run_cli
+from .support.units import parse_unit
 
 # What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
 # hostname, user with a password hash and an SSH key, locale, Wi-Fi, SSH, its `rpi:`
@@ -307,8 +308,9 @@ def first_boot(
     models_url: str | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     """scripts/pi/first-boot.sh from a bundle on a stand-in boot partition, the installer
-    replaced by a stub that exits ``installer_rc``; /var/log a tmpfs of its own (a mount
-    namespace), so the log it writes is the test's. ``netns``: in a network namespace
+    replaced by a stub that exits ``installer_rc``; /var/log, /etc/systemd/system
+    (``tmp_path/units``) and /run of its own (a mount namespace), so the log and the
+    resume unit it writes are the test's, and no systemd is reached. ``netns``: in a network namespace
     of its own (no route); ``card_made``: the bundle's files' time (the card's)."""
     boot = tmp_path / "firmware"
     bundle = boot / card.BUNDLE
@@ -327,11 +329,15 @@ def first_boot(
         (bundle / card.MODELS_URL).write_text(models_url + "\n")
     logs = tmp_path / "log"
     logs.mkdir()
+    (tmp_path / "units").mkdir()
+    mounts = (
+        f"mount --bind {logs} /var/log && mount --bind {tmp_path}/units /etc/systemd/system"
+        " && mount -t tmpfs tmpfs /run"
+    )
     proc = subprocess.run(
         [
             "unshare", "--mount", "--propagation", "private", *(["--net"] if netns else []),
-            "--", "bash", "-c",
-            f"mount --bind {logs} /var/log && exec bash {bundle}/first-boot.sh",
+            "--", "bash", "-c", f"{mounts} && exec bash {bundle}/first-boot.sh",
         ],
         capture_output=True,
         text=True,
@@ -355,6 +361,27 @@ def test_first_boot_removes_the_bundle_after_an_install(tmp_path: Path) -> None:
     ]
     assert not bundle.exists() and not (boot / "da3-edge-install-failed.txt").exists()
     assert "stub installer" in log.read_text() and "the bundle is removed" in log.read_text()
+    assert list((tmp_path / "units").iterdir()) == []  # nothing left to resume
+
+
+def test_first_boot_runs_again_at_each_boot_until_it_has_installed(tmp_path: Path) -> None:
+    """cloud-init runs runcmd once: a reboot or a power cut during the install would
+    leave it half done. So the script leaves a unit that runs it at each boot while its
+    bundle is there (cut short here by a failing install)."""
+    proc, boot, _ = first_boot(tmp_path, 3)
+    assert proc.returncode == 3
+    unit = parse_unit((tmp_path / "units" / "da3-edge-first-boot.service").read_text())
+    script = f"{boot}/{card.BUNDLE}/first-boot.sh"
+    print(unit)
+    assert unit["Service"]["ExecStart"] == [f"/bin/bash {script}"]
+    assert unit["Unit"]["ConditionPathExists"] == [script]
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+    analyze = require_tool("systemd-analyze", "apt install systemd")
+    verify = subprocess.run(
+        [analyze, "verify", str(tmp_path / "units" / "da3-edge-first-boot.service")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert verify.returncode == 0, verify.stderr
 
 
 def test_first_boot_leaves_the_bundle_and_a_note_after_a_failure(tmp_path: Path) -> None:

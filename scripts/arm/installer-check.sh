@@ -310,6 +310,17 @@ PY
     writable=$(service_writable)
     check "models of an older install: the service user can write nothing where the installer writes${writable:+: $writable}" test -z "$writable"
 
+    # 5c. A first boot cut short (the plug pulled): dpkg left a package unpacked and not
+    # configured, and the venv half made (no pip). The next run finishes both.
+    in_root sh -c 'cd /tmp && apt-get download -q hello >/dev/null && dpkg --unpack /tmp/hello_*.deb >/dev/null'
+    rm -f "$ROOT"/tmp/hello_*.deb
+    rm -rf "$ROOT"/opt/da3-edge/venv/lib/python3*/site-packages/pip
+    install_run run6c --from "/mnt/dist/$WHEEL" || bad "after a cut-short install: exit non-zero"
+    configured() { grep -q "dpkg was interrupted: dpkg --configure -a" "$WORK/run6c.out" && [ -z "$(in_root dpkg --audit)" ]; }
+    check "a package dpkg left unpacked: configured first ($(in_root dpkg-query -W -f='${Status}' hello))" configured
+    check "a venv cut short (no pip): made again" grep -q "created with --system-site-packages" "$WORK/run6c.out"
+    in_root dpkg --purge hello >/dev/null
+
     # 6. The ExecuTorch runner cannot be built (here: a compiler that fails): the install
     # ends with --require-executorch, and finishes without it, saying so in one line;
     # doctor then says why and how to retry. A normal run builds it again.

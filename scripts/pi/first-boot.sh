@@ -6,7 +6,11 @@
 #              and da3-edge-installed.txt says so (da3-edge card refuses the card then);
 #   failed     the bundle stays and /boot/firmware/da3-edge-install-failed.txt says
 #              why, readable on the laptop the card goes back to.
-# Run it again by hand to retry: sudo bash /boot/firmware/da3-edge/first-boot.sh
+# Until it has installed, every boot runs it again (da3-edge-first-boot.service, which it
+# writes first and removes once installed): cloud-init runs runcmd once, and a reboot or
+# a power cut during the install (a Pi unplugged because its first boot seemed stuck)
+# would otherwise leave it half done for good. Run it again by hand to retry at once:
+# sudo bash /boot/firmware/da3-edge/first-boot.sh
 set -uo pipefail
 
 # Imager marks every network interface optional, so cloud-init may run this before the
@@ -30,6 +34,33 @@ wait_for() {  # wait_for WHAT CMD...: CMD until it succeeds, WAIT_S at most
 }
 has_route() { [ -n "$(ip route show default; ip -6 route show default)" ]; }
 resolves() { getent ahosts pypi.org; }
+UNIT=/etc/systemd/system/da3-edge-first-boot.service
+
+resume_at_boot() {  # resume_at_boot SCRIPT: the unit that runs SCRIPT at each boot until it is gone
+    [ -f "$UNIT" ] && return 0
+    cat >"$UNIT.tmp" <<EOF
+[Unit]
+Description=da3-edge first boot, resumed: the install from the card's bundle
+ConditionPathExists=$1
+After=cloud-final.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/bash $1
+TimeoutStartSec=infinity
+
+[Install]
+WantedBy=multi-user.target
+EOF
+    mv "$UNIT.tmp" "$UNIT" && systemctl enable "$(basename "$UNIT")" >/dev/null 2>&1
+    sync
+}
+
+done_at_boot() {
+    systemctl disable "$(basename "$UNIT")" >/dev/null 2>&1
+    rm -f "$UNIT"
+}
+
 clock_ok() {  # not before the card was made (FAT keeps local time: a day's margin), or NTP's
     [ "$(date +%s)" -ge $(($(stat -c %Y "$1") - 86400)) ] ||
         [ "$(timedatectl show -p NTPSynchronized 2>/dev/null)" = NTPSynchronized=yes ]
@@ -49,6 +80,11 @@ main() {
     for wheel in "$here"/dist/da3_edge-*.whl; do args+=(--from "$wheel"); done
     [ -f "$here/da3-edge.toml" ] && args+=(--config "$here/da3-edge.toml")
     [ -f "$here/serve-users" ] && args+=(--serve-users "$here/serve-users")
+    # One at a time: the unit and a retry by hand wait for each other.
+    exec 8>/run/da3-edge-first-boot.lock
+    flock 8
+    [ -f "$here/first-boot.sh" ] || return 0  # installed meanwhile by the other
+    resume_at_boot "$here/first-boot.sh"
     echo "da3-edge first boot: $(date -u +%FT%TZ), install-pi.sh ${args[*]}" >>"$log"
     {
         wait_for "network (a default route)" has_route &&
@@ -64,6 +100,7 @@ main() {
         # will not run it again), whatever its user-data still says.
         echo "da3-edge installed at first boot, $(date -u +%FT%TZ)" >"$boot/da3-edge-installed.txt"
         rm -rf "$here"
+        done_at_boot
         echo "da3-edge first boot: installed; the bundle is removed from $boot" | tee -a "$log"
     else
         {
@@ -72,8 +109,9 @@ main() {
             echo
             tail -n 25 "$log"
             echo
-            echo "The bundle is still on this partition. After fixing the cause (the network,"
-            echo "say), retry on the Pi: sudo bash $here/first-boot.sh"
+            echo "The bundle is still on this partition, and the next boot retries. After"
+            echo "fixing the cause (the network, say), reboot, or retry at once on the Pi:"
+            echo "sudo bash $here/first-boot.sh"
         } >"$failed.tmp" && mv "$failed.tmp" "$failed"
         echo "da3-edge first boot: FAILED (exit $rc); see $failed" | tee -a "$log"
     fi
