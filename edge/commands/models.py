@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
         "--models-url; prints its SHA-256",
         description="Pack a model directory (its manifest and the files it lists, each "
         "checked first) into one reproducible .tar.gz, and print its SHA-256: serve it "
-        "over HTTP(S) to `da3-edge models pull`, `da3-edge card --models-url` or the "
+        "over HTTP(S) to `da3-edge models pull`, `da3-edge card --models URL` or the "
         "installer's --models-url.",
     )
     pack.add_argument("directory", metavar="DIR", help="the model directory")
