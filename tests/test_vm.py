@@ -5,11 +5,22 @@ Boot 1 is the first boot for real, from a card ``da3-edge card`` prepared: a FAT
 partition (mkfs.vfat, mtools) holding what Raspberry Pi Imager writes for a trixie card
 (``user-data`` with a hostname, a user with an SSH key, a time zone and Imager's own
 ``runcmd``; ``network-config`` with Wi-Fi; ``meta-data``; ``config.txt``), mounted
-with fusefat for ``da3-edge card --models --config`` as on a laptop, then booted as a
-Pi OS trixie card: cloud-init (NoCloud from /boot/firmware) applies the owner's settings
-and runs the one step the card added, the installer from the bundle, which then removes
-the bundle. x86_64 instead of arm64, Pi-only packages skipped as the installer skips
-them on Debian. The network is qemu's user-mode NAT: apt and PyPI are the real ones.
+with fusefat for ``da3-edge card --view lan --models URL --sha256 HEX --config`` as on
+a laptop (the pack made by ``da3-edge models pack``, served by the host on loopback),
+then booted as a Pi OS trixie card: cloud-init (NoCloud from /boot/firmware) applies the
+owner's settings and runs the one step the card added, the first-boot script (cut short
+twice: by a reboot before runcmd, where Pi OS's module for Imager's ``rpi:`` keys
+reboots, and by one in the middle of the install; it goes on at the next boot), which
+waits for the network and the clock, installs from the bundle (the pack pulled from the
+URL) and removes the bundle. Then, from the host through qemu's forwarded port, the page
+and ``/latest.jpg`` with the password ``card`` printed, without it and with a wrong one;
+and in the guest, as the Imager user in a login shell: ``da3-edge doctor``, ``ls
+/run/da3-edge/latest``, ``config set camera.fps fast`` (refused, file unchanged) and
+``config set model.size --reload`` to the pack's other size (the next frames from its
+core). x86_64 instead of arm64, Pi-only packages skipped as the installer skips
+them on Debian. The network is qemu's user-mode NAT: apt and PyPI are the real ones; the guest reaches
+the host's loopback at 10.0.2.2, so the VM-only part of user-data forwards the guest's
+127.0.0.1:PORT there (one URL, checked by ``card`` on the host and pulled by the Pi).
 The Pi's camera is absent, so ``--config`` chooses the fake camera that ships with the
 kit; Imager's user-data also carries one VM-only drop-in (``write_files``) stretching
 the unit's watchdog for an emulated CPU. Everything else is the default: the unit as
@@ -45,20 +56,31 @@ says so) but delivers the pixels unflipped.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import functools
+import http.server
 import io
 import json
+import re
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
+from edge import card as card_mod
 from edge.card import INSTALLED
 from edge.pipeline import Pipeline, PipelineSpec
 from edge.stats import nearest_rank
 
 from .support import fat, vm
-from .support.models import VM_SHAPE, build_vm_models
+from .support.models import VM_PACK_SHAPES, VM_SHAPE, build_vm_models, build_vm_pack_models
 from .support.tools import run_cli
 
 pytestmark = pytest.mark.vm
@@ -74,23 +96,30 @@ FRAMES = 1  # boot 1's frames from the fake camera: tens of seconds each under T
 INSTALL_S = 2400  # apt, PyPI, the ExecuTorch runner compiled: minutes, more under TCG
 FRAME_WAIT_S = 1500  # start-up (the model loaded, emulated), then frames of the small model
 UP_WAIT_S = 600  # boot 2: the unit active (READY=1 once the model is loaded)
+PROBE_WAIT_S = 300  # boot 1: the host's requests through the forwarded port
 DAEMON_FRAMES, DAEMON_WAIT_S = 1, 1500  # boot 2: the picamera2 daemon's frames
 
 # What Raspberry Pi Imager writes for a trixie card (a hostname, one user with an SSH
-# key and no password, SSH key-only, a time zone and its own runcmd), plus one VM-only
-# change: a drop-in that stretches the unit's watchdog and start timeout for an emulated
-# CPU (a forward of minutes). MemoryMax= and the rest stay as shipped. Left out, because
-# the VM's Debian is not Pi OS: Imager's `keyboard:` (cloud-init restarts console-setup,
-# which Debian's minimal image lacks) and its `rpi:` settings (Pi OS's own cloud-init
-# module); tests/test_card.py keeps both on the card.
-IMAGER_USER_DATA = f"""#cloud-config
+# key and no password, SSH key-only, a time zone, its `rpi:` settings and its own
+# runcmd), plus three VM-only changes: a drop-in that stretches the unit's watchdog and
+# start timeout for an emulated CPU (a forward of minutes); the guest's
+# 127.0.0.1:PACK_PORT forwarded to the host's (where the pack is served; a unit a runcmd
+# entry before the card's enables); one reboot before runcmd, as Pi OS's own cloud-init
+# module for `rpi:` makes when it changes an interface (the VM's Debian cloud-init has no
+# such module: a `bootcmd` entry reboots, once); and one in the middle of the install
+# (a watcher a runcmd entry starts reboots when the log reaches the venv step, once), as
+# an owner pulling the plug on a first boot that seems stuck. MemoryMax= and the rest
+# stay as shipped. Left out, because the VM's Debian is not Pi OS: Imager's `keyboard:`
+# (cloud-init restarts console-setup, which Debian's minimal image lacks);
+# tests/test_card.py keeps it on the card.
+IMAGER_USER_DATA = """#cloud-config
 # This file was written by Raspberry Pi Imager.
 hostname: da3-edge-pi
 manage_etc_hosts: true
 timezone: Europe/London
 
 users:
-- name: {USER}
+- name: {user}
   groups: users,adm,dialout,audio,netdev,video,plugdev,input
   shell: /bin/bash
   lock_passwd: true
@@ -100,6 +129,14 @@ users:
 
 ssh_pwauth: false
 
+rpi:
+  interfaces:
+    serial: true
+    i2c: true
+
+bootcmd:
+- [sh, -c, 'if [ ! -e /var/lib/vm-rebooted-once ]; then touch /var/lib/vm-rebooted-once; sync; echo "{rebooting}" >/dev/console; systemctl reboot; sleep 600; fi']
+
 write_files:
 - path: /etc/systemd/system/da3-edge.service.d/emulated.conf
   permissions: "0644"
@@ -107,10 +144,70 @@ write_files:
     [Service]
     WatchdogSec=900
     TimeoutStartSec=600
-
+- path: /usr/local/sbin/pack-forward
+  permissions: "0755"
+  content: |
+{forwarder}
+- path: /etc/systemd/system/pack-forward.service
+  permissions: "0644"
+  content: |
+    [Service]
+    ExecStart=/usr/bin/python3 /usr/local/sbin/pack-forward {pack_port}
+    [Install]
+    WantedBy=multi-user.target
+- path: /usr/local/sbin/cut-install
+  permissions: "0755"
+  content: |
+    #!/bin/sh
+    [ -e /var/lib/vm-cut-install ] && exit 0
+    until grep -qs "==> venv" /var/log/da3-edge-install.log; do sleep 1; done
+    touch /var/lib/vm-cut-install
+    sync
+    echo "{cutting}" >/dev/console
+    systemctl reboot
 runcmd:
 - echo "Imager's runcmd ran" > /var/log/imager-runcmd.txt
+- systemctl enable --now pack-forward.service
+- systemd-run --unit=cut-install /usr/local/sbin/cut-install
 """
+REBOOTING = "VM-ONLY: rebooting once before runcmd, as the Pi OS cloud-init module for rpi would"
+CUTTING = "VM-ONLY: rebooting once in the middle of the install (its venv step)"
+# The guest's 127.0.0.1:PORT to the host's (qemu's 10.0.2.2), one thread a direction.
+FORWARDER = """\
+import socket, sys, threading
+port = int(sys.argv[1])
+server = socket.create_server(("127.0.0.1", port))
+def pipe(a, b):
+    try:
+        while data := a.recv(1 << 16):
+            b.sendall(data)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+while True:
+    client, _ = server.accept()
+    try:
+        upstream = socket.create_connection(("10.0.2.2", port), timeout=60)
+    except OSError:
+        client.close()
+        continue
+    upstream.settimeout(None)
+    for a, b in ((client, upstream), (upstream, client)):
+        threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+"""
+
+
+def imager_user_data(pack_port: int) -> str:
+    forwarder = "".join(f"    {line}\n" for line in FORWARDER.splitlines())
+    return IMAGER_USER_DATA.format(
+        rebooting=REBOOTING,
+        cutting=CUTTING,
+        user=USER,
+        forwarder=forwarder.rstrip("\n"),
+        pack_port=pack_port,
+    )
+
+
 NETWORK_CONFIG = f"""network:
   version: 2
   wifis:
@@ -125,10 +222,13 @@ NETWORK_CONFIG = f"""network:
 """
 # No Pi camera in this machine: the fake camera that ships with da3-edge, through
 # `da3-edge card --config`; emulated, one forward takes tens of seconds: not stuck.
-CARD_CONFIG = """[camera]
+CARD_CONFIG = f"""[camera]
 source = "fake"
 width = 640
 height = 480
+
+[model]
+size = {max(VM_SHAPE)}
 
 [daemon]
 stuck_after = 600.0
@@ -140,15 +240,19 @@ FIRMWARE = {
 META_DATA = f"instance-id: {INSTANCE}\n"
 
 
-def job(boot: int, small: tuple[int, int]) -> str:
+def job(boot: int, small: tuple[int, int], auth: str) -> str:
     """run.sh for a boot: vm_guest/check.sh (boot 1 waits for the fake camera's first
-    frames, boot 2 for the unit to be up), and at boot 2 the camera's parts after it."""
+    frames, boot 2 for the unit to be up); then at boot 1 the owner's side (owner.sh),
+    at boot 2 the camera's parts."""
+    sizes = " ".join(str(max(shape)) for shape in VM_PACK_SHAPES)
     settings = vm.variables(
         BOOT=boot, INSTALL_S=INSTALL_S, FRAMES=FRAMES, FRAME_WAIT_S=FRAME_WAIT_S,
         UP_WAIT_S=UP_WAIT_S, VM_USER=USER, W=W, H=H, SMALL=f"{small[0]}x{small[1]}",
-        DAEMON_FRAMES=DAEMON_FRAMES, DAEMON_WAIT_S=DAEMON_WAIT_S,
+        DAEMON_FRAMES=DAEMON_FRAMES, DAEMON_WAIT_S=DAEMON_WAIT_S, PROBE_WAIT_S=PROBE_WAIT_S,
+        SIZES=sizes, SERVE_AUTH=auth,
     )  # fmt: skip
-    parts = ["check.sh"] + (["camera-job.sh", "camera-parts.sh"] if boot == 2 else [])
+    after = ["owner.sh"] if boot == 1 else ["camera-job.sh", "camera-parts.sh"]
+    parts = ["check.sh", *after]
     return settings + "".join(vm.guest(part) for part in parts)
 
 
@@ -175,11 +279,12 @@ def small_stream(models: Path) -> tuple[int, int]:
     return small
 
 
-def card(path: Path, models: Path, work: Path) -> Path:
-    """Imager's boot partition, then ``da3-edge card`` on it (mounted with fusefat)."""
+def card(path: Path, url: str, sha: str, pack_port: int, work: Path) -> tuple[Path, str]:
+    """Imager's boot partition, then ``da3-edge card --view lan --models URL`` on it
+    (mounted with fusefat); the image, and the password ``card`` printed."""
     files = {
         **FIRMWARE,
-        "user-data": IMAGER_USER_DATA.encode(),
+        "user-data": imager_user_data(pack_port).encode(),
         "network-config": NETWORK_CONFIG.encode(),
         "meta-data": META_DATA.encode(),
     }
@@ -187,11 +292,65 @@ def card(path: Path, models: Path, work: Path) -> Path:
     config = work / "da3-edge.toml"
     config.write_text(CARD_CONFIG)
     with fat.mounted(image) as boot:
-        proc = run_cli(["card", str(boot), "--models", str(models),
-                        "--config", str(config)])  # fmt: skip
+        proc = run_cli(["card", str(boot), "--models", url, "--sha256", sha,
+                        "--view", "lan", "--config", str(config)])  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout + proc.stderr)
-    return image
+    found = re.search(r"password (\S+)\n", proc.stdout)
+    assert found, proc.stdout
+    return image, found[1]
+
+
+@contextlib.contextmanager
+def serving(directory: Path) -> Iterator[int]:
+    """``directory`` over HTTP on the host's 127.0.0.1 (Range requests too: the
+    standard library's handler sends whole files, which ``models pull`` also takes);
+    the port."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def probe_when_asked(job: Path, port: int, password: str, done: threading.Event) -> None:
+    """From the host, through the VM's forwarded ``port``, once the guest asks (it
+    writes ``probe-now`` in /job, then waits for ``probed``): the page and
+    ``/latest.jpg`` with the card's password, without one, with a wrong one."""
+    while not (job / "probe-now").exists():
+        if done.wait(1):
+            return
+    good = base64.b64encode(f"{card_mod.LAN_USER}:{password}".encode()).decode()
+    wrong = base64.b64encode(f"{card_mod.LAN_USER}:{password}x".encode()).decode()
+    asks = {  # the right one first: a wrong one makes the address wait out a penalty
+        "page": ("/", good), "latest": ("/latest.jpg", good),
+        "page-none": ("/", None), "latest-none": ("/latest.jpg", None),
+        "page-wrong": ("/", wrong),
+    }  # fmt: skip
+    answers = {}
+    for name, (path, auth) in asks.items():
+        headers = {"Authorization": f"Basic {auth}"} if auth else {}
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as r:
+                status, body = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, body = e.code, e.read()
+        except OSError as e:
+            status, body = 0, repr(e).encode()
+        answers[name] = {"status": status, "bytes": len(body), "head": body[:16].hex()}
+    (job / "probe.json").write_text(json.dumps(answers, indent=1))
+    (job / "probed").touch()
 
 
 @pytest.fixture(scope="module")
@@ -202,31 +361,69 @@ def vm_models() -> Path:
 
 @pytest.fixture(scope="module")
 def boots(vm_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[vm.Result]:
-    """Boot 1 (cloud-init's first boot: the install), then boot 2 of the same disk (the
-    second boot, then the camera)."""
+    """Boot 1 (cloud-init's first boot: the install from the pack, then the host's
+    requests and the owner's commands), then boot 2 of the same disk (the second boot,
+    then the camera)."""
     for tool in vm.missing_tools():
         pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
     work = tmp_path_factory.mktemp("card")
-    seed = card(work / "bootfs.img", vm_models, work)
+    packs = work / "packs"
+    packs.mkdir()
+    proc = run_cli(
+        ["models", "pack", str(build_vm_pack_models()), "-o", str(packs / "models.tar.gz")]
+    )
+    assert proc.returncode == 0, proc.stderr
+    sha = proc.stdout.split("sha256 ")[1].split()[0]
+    with serving(packs) as pack_port:
+        url = f"http://127.0.0.1:{pack_port}/models.tar.gz"
+        seed, password = card(work / "bootfs.img", url, sha, pack_port, work)
+        return boot_twice(seed, password, vm_models, work)
+
+
+def boot_twice(seed: Path, password: str, vm_models: Path, work: Path) -> list[vm.Result]:
     disk = vm.overlay(work / "disk.qcow2")
     buf = io.BytesIO()
     photo().save(buf, "JPEG", quality=95)
     small = small_stream(vm_models)
     camera_files = vm.camera_job(buf.getvalue(), W, H, vm_models)
     results = []
-    for n in (1, 2):
-        result = vm.run(
-            job(n, small),
-            camera_files if n == 2 else None,
-            timeout=INSTALL_S + FRAME_WAIT_S + 300 if n == 1 else UP_WAIT_S + DAEMON_WAIT_S + 600,
-            memory_mib=2048,
-            job=work / f"boot{n}",
-            shares=vm.camera_shares() if n == 2 else None,
-            disk=disk,
-            drives=(seed,),
-            network=True,
-            cloud_init=True,
+    serve_port = free_port()
+    auth = f"{card_mod.LAN_USER}:{password}"
+    # The first boot cut short twice: by a reboot before runcmd reaches the card's entry,
+    # then by one in the middle of the install; it goes on at the next boot (boot 1).
+    (work / "boot1").mkdir()
+    for name, line in (("before-runcmd", REBOOTING), ("mid-install", CUTTING)):
+        cut = vm.run(
+            job(1, small, auth), timeout=INSTALL_S, memory_mib=2048, job=work / f"boot1-{name}",
+            disk=disk, drives=(seed,), network=True, cloud_init=True, ends_at=line,
+        )  # fmt: skip
+        assert cut.rc == -1, (
+            f"no reboot ({name}) in the first boot:\n{cut.out}{cut.console[-3000:]}"
         )
+        (work / "boot1" / f"console-{name}.txt").write_text(cut.console)
+    for n in (1, 2):
+        done = threading.Event()
+        if n == 1:
+            args = (work / "boot1", serve_port, password, done)
+            threading.Thread(target=probe_when_asked, args=args, daemon=True).start()
+        try:
+            result = vm.run(
+                job(n, small, auth),
+                camera_files if n == 2 else None,
+                timeout=INSTALL_S + FRAME_WAIT_S * 2 + PROBE_WAIT_S + 300
+                if n == 1
+                else UP_WAIT_S + DAEMON_WAIT_S + 600,
+                memory_mib=2048,
+                job=work / f"boot{n}",
+                shares=vm.camera_shares() if n == 2 else None,
+                disk=disk,
+                drives=(seed,),
+                network=True,
+                cloud_init=True,
+                forwards={serve_port: card_mod.LAN_PORT} if n == 1 else None,
+            )
+        finally:
+            done.set()
         assert result.rc == 0, result.out + "\n--- console:\n" + result.console[-3000:]
         results.append(result)
         if n == 1:  # the boot partition as the owner's laptop would read it now
@@ -244,6 +441,18 @@ def text(result: vm.Result, name: str) -> str:
 
 def rc(result: vm.Result, name: str) -> int:
     return int(text(result, f"{name}.rc"))
+
+
+def cloud_init_done(result: vm.Result) -> None:
+    """cloud-init finished its boot: ``status: done``, exit 0, or 2 ("degraded done")
+    for no more than the schema warning the card's ``rpi:`` gives the VM's Debian
+    cloud-init (test_the_cards_user_data_passes_cloud_inits_schema)."""
+    out = text(result, "cloud-init.txt")
+    assert "status: done" in out and "errors: []" in out, out
+    if rc(result, "cloud-init") != 0:
+        warnings = [line.strip() for line in out.splitlines() if line.strip().startswith("- ")]
+        assert rc(result, "cloud-init") == 2 and warnings, out
+        assert all("cloud-config failed schema validation" in w for w in warnings), out
 
 
 def part(result: vm.Result, name: str) -> str:
@@ -266,10 +475,7 @@ def test_first_boot_installs_and_writes_frames(boots: list[vm.Result]) -> None:
     log = text(first, "da3-edge-install.log")
     print(log[-4000:])
     print(text(first, "cloud-init.txt"))
-    assert rc(first, "cloud-init") == 0, text(first, "cloud-init.txt")
-    assert "status: done" in text(first, "cloud-init.txt")
-    print(text(first, "schema.txt"))
-    assert rc(first, "schema") == 0, text(first, "schema.txt")
+    cloud_init_done(first)
     assert "==> apt packages" in log and "skipped: python3-picamera2" in log, log[-3000:]
     # The owner's settings from Imager's files: user, SSH key, hostname, Wi-Fi (rendered
     # by cloud-init to netplan, by netplan to a NetworkManager profile), Imager's runcmd.
@@ -310,6 +516,98 @@ def test_first_boot_installs_and_writes_frames(boots: list[vm.Result]) -> None:
     assert "no status.json" not in healthz and "store /run/da3-edge" not in healthz, healthz
 
 
+def test_the_cards_user_data_passes_cloud_inits_schema(boots: list[vm.Result]) -> None:
+    """``cloud-init schema --system`` on the card's user-data as merged. The VM's Debian
+    cloud-init (25.1) knows no ``rpi:`` (Pi OS's, with its module, does): that key's is
+    the one error allowed."""
+    first = boots[0]
+    schema = text(first, "schema.txt")
+    print(schema)
+    errors = [
+        line.split("schema errors: ", 1)[1]
+        for line in schema.splitlines()
+        if "schema errors: " in line
+    ]
+    assert rc(first, "schema") == 0 or errors == [
+        "rpi: Additional properties are not allowed ('rpi' was unexpected)"
+    ], schema
+
+
+def test_first_boot_waits_and_pulls_the_pack(boots: list[vm.Result]) -> None:
+    """The first-boot script waited for a route, a name and the clock (each logged), and
+    the installer pulled the pack by its URL, SHA-256 checked, both sizes installed."""
+    log = text(boots[0], "da3-edge-install.log")
+    waits = [
+        line for line in log.splitlines() if re.match(r"da3-edge first boot: .* after \d+ s$", line)
+    ]
+    print("\n".join(waits))
+    for what in (
+        "network (a default route)",
+        "name lookup (pypi.org)",
+        "clock not earlier than the card",
+    ):
+        assert any(line.startswith(f"da3-edge first boot: {what}") for line in waits), log[:3000]
+    assert "--models-url http://127.0.0.1:" in log and "SHA-256 ok" in log, log[-3000:]
+    for h, w in VM_PACK_SHAPES:
+        assert f"{h}x{w}" in log, log[-3000:]
+
+
+def test_first_boot_goes_on_after_reboots_before_and_during_its_install(
+    boots: list[vm.Result],
+) -> None:
+    """The card carries Imager's ``rpi:`` keys; where Pi OS's module for them reboots
+    (before runcmd; here a VM-only ``bootcmd``), the first boot stops before the card's
+    step and the next boot runs runcmd. A reboot in the middle of the install (the plug
+    pulled): cloud-init never runs runcmd again, and the unit the first-boot script left
+    runs it at the next boot. The install starts twice and finishes once."""
+    first = boots[0]
+    before = text(first, "console-before-runcmd.txt")
+    assert REBOOTING in before and "da3-edge first boot" not in before, before[-3000:]
+    assert CUTTING in text(first, "console-mid-install.txt")
+    log = text(first, "da3-edge-install.log")
+    starts = [line for line in log.splitlines() if ", install-pi.sh --models-url" in line]
+    print("\n".join(starts))
+    assert len(starts) == 2, log[:3000]
+    assert log.count("da3-edge first boot: installed") == 1, log[-3000:]
+    assert "da3-edge-first-boot.service" not in text(first, "snapshot.txt")  # gone once installed
+    assert text(first, "imager-runcmd.txt").strip() == "Imager's runcmd ran"
+
+
+def test_the_page_from_the_lan_with_the_cards_password(boots: list[vm.Result]) -> None:
+    """From the host through the VM's forwarded port (serve on the LAN, as ``card --view
+    lan`` set it up): 200 with the password ``card`` printed, 401 without or wrong."""
+    answers = json.loads(text(boots[0], "probe.json"))
+    print(json.dumps(answers, indent=1))
+    assert answers["page"]["status"] == 200 and answers["latest"]["status"] == 200, answers
+    assert answers["latest"]["head"].startswith("ffd8ff"), answers  # a JPEG
+    for name in ("page-none", "latest-none", "page-wrong"):
+        assert answers[name]["status"] == 401, answers
+
+
+def test_the_owners_commands_as_the_imager_user(boots: list[vm.Result]) -> None:
+    """As the user Imager made, in a login shell: doctor, the store, ``config get``;
+    ``config set camera.fps fast`` refused in one line with the file unchanged;
+    ``config set model.size OTHER --reload``: the next frames from the other core, with
+    no restart."""
+    first = boots[0]
+    for name in ("doctor", "latest", "get"):
+        out = text(first, f"owner-{name}.txt")
+        print(f"--- as {USER}: {name}\n{out}")
+        assert rc(first, f"owner-{name}") == 0, out
+    assert "frame.json" in text(first, "owner-latest.txt").split()
+    fast = text(first, "owner-fast.txt")
+    print("config set camera.fps fast:", fast)
+    assert rc(first, "owner-fast") != 0 and len(fast.strip().splitlines()) == 1, fast
+    before = text(first, "config-sha-before.txt")
+    assert before == text(first, "config-sha-after.txt") == text(first, "config-sha-end.txt")
+    other = max(VM_PACK_SHAPES[1])
+    print("config set model.size:", text(first, "owner-size.txt"), text(first, "size-journal.txt"))
+    assert rc(first, "owner-size") == 0, text(first, "owner-size.txt")
+    assert text(first, "size-after.txt").strip() == str(other), text(first, "size-journal.txt")
+    assert "NRestarts=0" in text(first, "size-unit.txt"), text(first, "size-unit.txt")
+    assert rc(first, "owner-size-back") == 0, text(first, "owner-size-back.txt")
+
+
 def test_memory_max_is_enforced_and_the_daemon_lives_under_it(boots: list[vm.Result]) -> None:
     """cgroup v2 here: the unit's MemoryMax=1G is the cgroup's memory.max, a process over
     a limit is killed, and the daemon ran its frames under the default with no OOM kill
@@ -342,7 +640,7 @@ def test_second_boot_changes_nothing(boots: list[vm.Result]) -> None:
     once per instance), nothing the install owns changed, and the enabled units are up
     again (the daemon's frames in this boot: the camera's, below)."""
     first, second = boots
-    assert rc(second, "cloud-init") == 0 and "status: done" in text(second, "cloud-init.txt")
+    cloud_init_done(second)
     assert text(second, "da3-edge-install.log") == text(first, "da3-edge-install.log")
     before, after = text(first, "snapshot.txt"), text(second, "snapshot.txt")
     print(f"{len(after.splitlines())} entries compared")

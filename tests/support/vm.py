@@ -254,6 +254,9 @@ fps = 4.0
 [daemon]
 stuck_after = 600.0
 status_every = 1.0
+
+[model]
+size = {model_size}
 """
 GUEST = Path(__file__).parent / "vm_guest"
 
@@ -283,18 +286,24 @@ CAMERA_JOB = guest("camera-job.sh")
 LAY_OUT = guest("lay-out.sh")
 
 
-def small_stream(models: Path, width: int, height: int) -> tuple[int, int] | None:
-    """The small stream the daemon asks of a ``width`` x ``height`` camera for the fp16
-    cores of ``models`` (edge.daemon.service.camera_streams), which the virtual camera
-    must offer: the long side of the core its pipeline chooses for that picture."""
-    from edge.camera import Streams
+def core_size(models: Path, width: int, height: int) -> int:
+    """The long side of the fp16 core of ``models`` (one size) the pipeline chooses for a
+    ``width`` x ``height`` picture."""
     from edge.fakecore import FakeCore
     from edge.pipeline import Pipeline, PipelineSpec
 
     open_core, _ = FakeCore.opener()  # the choice reads the manifest; nothing runs
     with Pipeline.load(PipelineSpec(models, precision="fp16"), open_core=open_core) as pipe:
-        core = pipe.choose((height, width))[1]
-    return Streams.for_core(width, height, max(core), full=False).small
+        return max(pipe.choose((height, width))[1])
+
+
+def small_stream(models: Path, width: int, height: int) -> tuple[int, int] | None:
+    """The small stream the daemon asks of a ``width`` x ``height`` camera for the fp16
+    cores of ``models`` (edge.daemon.service.camera_streams), which the virtual camera
+    must offer: the long side of the core its pipeline chooses for that picture."""
+    from edge.camera import Streams
+
+    return Streams.for_core(width, height, core_size(models, width, height), full=False).small
 
 
 def camera_job(
@@ -309,7 +318,9 @@ def camera_job(
     files = {
         "photo.jpg": photo_jpeg,
         "virtual.yaml": VIRTUAL_YAML.format(**size, more=more).encode(),
-        "da3-edge.toml": DAEMON_CONFIG.format(**size).encode(),
+        "da3-edge.toml": DAEMON_CONFIG.format(
+            **size, model_size=core_size(models, width, height)
+        ).encode(),
     }
     for f in daemon_models(models) if lay_out else ():
         files[f"models/{f.name}"] = f.read_bytes()
@@ -347,10 +358,15 @@ def _must(cmd: list[str], env: dict[str, str] | None = None) -> None:
 def qemu(
     job: Path, memory_mib: int, shares: dict[str, Path] | None, disk: Path | None,
     drives: tuple[Path, ...], *, network: bool, cloud_init: bool,
+    forwards: dict[int, int] | None = None,
 ) -> list[str]:  # fmt: skip
     """The qemu command line of ``run``: the image's kernel, ``job`` and ``shares`` over
-    9p, the disk (the image as built, in snapshot mode, or ``disk``) and ``drives``."""
+    9p, the disk (the image as built, in snapshot mode, or ``disk``) and ``drives``;
+    ``forwards``: the host's 127.0.0.1:PORT to the guest's port, by host port."""
     vm = image()
+    nic = "user,model=virtio-net-pci" + "".join(
+        f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in (forwards or {}).items()
+    )
     accel = os.environ.get("DA3_EDGE_VM_ACCEL", "tcg")
     cmd = [
         "qemu-system-x86_64",
@@ -361,7 +377,7 @@ def qemu(
         + ("" if cloud_init else " cloud-init=disabled"),
         "-virtfs", f"local,path={job},mount_tag=job,security_model=none",
         "-nographic", "-no-reboot",
-        "-nic", "user,model=virtio-net-pci" if network else "none",
+        "-nic", nic if network else "none",
     ]  # fmt: skip
     if disk is None:  # the image stays as built: every boot is a first one
         cmd += ["-drive", f"file={vm / 'root.img'},if=virtio,format=raw", "-snapshot"]
@@ -386,6 +402,8 @@ def run(
     drives: tuple[Path, ...] = (),
     network: bool = False,
     cloud_init: bool = False,
+    forwards: dict[int, int] | None = None,
+    ends_at: str | None = None,
 ) -> Result:
     """Boot the VM, run ``script`` (sh) in it with ``files`` beside it in /job, power off.
     ``shares`` are more host directories over 9p, by tag: the job mounts them
@@ -394,8 +412,11 @@ def run(
     By default every boot is a first one on the image as built (``-snapshot``); with
     ``disk`` (from ``overlay``) the boot writes to that disk and the next boot of it
     sees what this one did. ``drives`` are more raw disks (a FAT boot partition);
-    ``network`` gives the VM qemu's user-mode network (NAT to the host's); cloud-init
-    runs only with ``cloud_init``. The script may call ``mark WHAT`` and ``published``
+    ``network`` gives the VM qemu's user-mode network (NAT to the host's; the guest
+    reaches the host's 127.0.0.1 at 10.0.2.2), and ``forwards`` host ports (on
+    127.0.0.1) to guest ports; cloud-init runs only with ``cloud_init``. ``ends_at``: a
+    console line after which the guest restarts on its own (qemu's ``-no-reboot`` then
+    ends the run): such a boot has no job result (rc -1). The script may call ``mark WHAT`` and ``published``
     (``PRELUDE``)."""
     job = job or Path(tempfile.mkdtemp(prefix="da3-edge-vm-"))
     job.mkdir(parents=True, exist_ok=True)
@@ -405,22 +426,16 @@ def run(
         (job / name).write_bytes(data)
     for stale in ("rc", "out.txt"):
         (job / stale).unlink(missing_ok=True)
-    cmd = qemu(job, memory_mib, shares, disk, drives, network=network, cloud_init=cloud_init)
+    cmd = qemu(job, memory_mib, shares, disk, drives, network=network,
+               cloud_init=cloud_init, forwards=forwards)  # fmt: skip
     console = job / "console.txt"
     started = time.monotonic()
-    with console.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(
-                f"the VM did not power off within {timeout:g} s; console:\n" + _tail(console)
-            ) from None
+    qemu_rc = _boot(cmd, console, timeout)
+    if ends_at is not None and ends_at in _text(console):
+        return Result(-1, "", _text(console), job, time.monotonic() - started)
     if not (job / "rc").exists():
         raise AssertionError(
-            f"the VM stopped (qemu exit {proc.returncode}) without finishing the job; "
+            f"the VM stopped (qemu exit {qemu_rc}) without finishing the job; "
             f"console:\n{_tail(console)}"
         )
     return Result(
@@ -438,6 +453,25 @@ def overlay(path: Path) -> Path:
     _must(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image() / "root.img"),
            "-F", "raw", str(path)])  # fmt: skip
     return path
+
+
+def _boot(cmd: list[str], console: Path, timeout: float) -> int:
+    """qemu until it exits (the guest powered off, or rebooted: ``-no-reboot``), its
+    console into ``console``; its exit status."""
+    with console.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(
+                f"the VM did not power off within {timeout:g} s; console:\n" + _tail(console)
+            ) from None
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace")
 
 
 def _tail(path: Path, lines: int = 25) -> str:

@@ -1,11 +1,19 @@
 # Run in the VM after each boot, as root (tests/test_vm.py): cloud-init's verdict, then
 # what the boot left, into /job. Set before it: BOOT (1: wait for the fake camera's
 # first frames; 2: for the unit to be up), INSTALL_S, FRAMES, FRAME_WAIT_S, UP_WAIT_S,
-# VM_USER.
+# VM_USER, SERVE_AUTH.
 out=/job
 timeout ${INSTALL_S} cloud-init status --wait --long >$out/cloud-init.txt 2>&1
 echo $? >$out/cloud-init.rc  # 124: cloud-init had not finished (or never started)
 mark "cloud-init done"
+# A first boot cut short goes on after cloud-init is done (da3-edge-first-boot.service):
+# the install's end is its own last line.
+n=0
+until grep -qE "^da3-edge first boot: (installed|FAILED)" /var/log/da3-edge-install.log 2>/dev/null \
+    || [ $n -ge "$INSTALL_S" ]; do
+    sleep 1; n=$((n + 1))
+done
+mark "the first boot's install ended, or the deadline (waited $n s)"
 # The user-data the card holds, checked by this cloud-init's own schema (the VM's 25.1).
 cloud-init schema --system >$out/schema.txt 2>&1
 echo $? >$out/schema.rc
@@ -16,7 +24,7 @@ echo $? >$out/schema.rc
     systemd-run --wait -p MemoryMax=64M -p MemorySwapMax=0 /usr/bin/python3 -c \
         'x = b"1" * (256 << 20); print("allocated", len(x))' >$out/oom.txt 2>&1
     echo $? >$out/oom.rc
-    runuser -u da3-edge -- env DA3_EDGE_MODELS=/var/lib/da3-edge/models \
+    runuser -u da3-edge -- env DA3_EDGE_MODELS=/opt/da3-edge/models \
         /opt/da3-edge/venv/bin/da3-edge doctor >$out/doctor.txt 2>&1
     echo $? >$out/doctor.rc
     mark "beside: MemoryMax and doctor checked"
@@ -47,10 +55,14 @@ cg=/sys/fs/cgroup/system.slice/da3-edge.service
     echo "fs: $(stat -fc %T /sys/fs/cgroup)"
     for f in memory.max memory.peak memory.events; do echo "$f: $(tr '\n' ' ' <$cg/$f)"; done
 } >$out/cgroup.txt 2>&1
-python3 - >$out/healthz.txt 2>&1 <<'PY'
-import urllib.error, urllib.request
+# SERVE_AUTH (user:password): the card's LAN login, which every request then needs.
+SERVE_AUTH=${SERVE_AUTH:-} python3 - >$out/healthz.txt 2>&1 <<'PY'
+import base64, os, urllib.error, urllib.request
+auth = os.environ["SERVE_AUTH"].encode()
+headers = {"Authorization": "Basic " + base64.b64encode(auth).decode()} if auth else {}
+request = urllib.request.Request("http://127.0.0.1:8000/healthz", headers=headers)
 try:  # 200, or 503 once the newest frame is older than serve.max_age (10 s; a frame takes longer here)
-    r = urllib.request.urlopen("http://127.0.0.1:8000/healthz", timeout=30)
+    r = urllib.request.urlopen(request, timeout=30)
 except urllib.error.HTTPError as e:
     r = e
 print(r.status, r.read().decode().strip())
@@ -60,6 +72,7 @@ PY
 cp /var/log/imager-runcmd.txt $out/ 2>/dev/null
 cp /var/log/da3-edge-install.log /var/log/cloud-init-output.log $out/ 2>/dev/null
 journalctl -u da3-edge -b --no-pager -o cat | tail -n 40 >$out/journal.txt
+journalctl -u da3-edge-first-boot -b --no-pager | tail -n 20 >$out/first-boot-unit.txt
 # Where the boot's time went, by systemd's and cloud-init's own accounts (printed by the
 # test: the VM module is most of CI's time).
 {
