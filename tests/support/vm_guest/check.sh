@@ -7,10 +7,14 @@ timeout ${INSTALL_S} cloud-init status --wait --long >$out/cloud-init.txt 2>&1
 echo $? >$out/cloud-init.rc  # 124: cloud-init had not finished (or never started)
 mark "cloud-init done"
 # A first boot cut short goes on after cloud-init is done (da3-edge-first-boot.service):
-# the install's end is its own last line.
+# the install has ended when the first-boot script's last line says how (a cut run
+# wrote FAILED as it was stopped; the run that goes on starts a new line after it).
+ended() {
+    grep "^da3-edge first boot: " /var/log/da3-edge-install.log 2>/dev/null | tail -n 1 \
+        | grep -qE "^da3-edge first boot: (installed|FAILED)"
+}
 n=0
-until grep -qE "^da3-edge first boot: (installed|FAILED)" /var/log/da3-edge-install.log 2>/dev/null \
-    || [ $n -ge "$INSTALL_S" ]; do
+until ended || [ $n -ge "$INSTALL_S" ]; do
     sleep 1; n=$((n + 1))
 done
 mark "the first boot's install ended, or the deadline (waited $n s)"
