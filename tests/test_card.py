@@ -375,6 +375,7 @@ def test_first_boot_runs_again_at_each_boot_until_it_has_installed(tmp_path: Pat
     print(unit)
     assert unit["Service"]["ExecStart"] == [f"/bin/bash {script}"]
     assert unit["Unit"]["ConditionPathExists"] == [script]
+    assert unit["Unit"]["RequiresMountsFor"] == [str(boot)]  # not before the card is mounted
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
     analyze = require_tool("systemd-analyze", "apt install systemd")
     verify = subprocess.run(

@@ -9,8 +9,8 @@ with fusefat for ``da3-edge card --view lan --models URL --sha256 HEX --config``
 a laptop (the pack made by ``da3-edge models pack``, served by the host on loopback),
 then booted as a Pi OS trixie card: cloud-init (NoCloud from /boot/firmware) applies the
 owner's settings and runs the one step the card added, the first-boot script (cut short
-twice: by a reboot before runcmd, where Pi OS's module for Imager's ``rpi:`` keys
-reboots, and by one in the middle of the install; it goes on at the next boot), which
+once by a reboot before runcmd, where Pi OS's module for Imager's ``rpi:`` keys reboots;
+it goes on at the next boot), which
 waits for the network and the clock, installs from the bundle (the pack pulled from the
 URL) and removes the bundle. Then, from the host through qemu's forwarded port, the page
 and ``/latest.jpg`` with the password ``card`` printed, without it and with a wrong one;
@@ -106,9 +106,7 @@ DAEMON_FRAMES, DAEMON_WAIT_S = 1, 1500  # boot 2: the picamera2 daemon's frames
 # 127.0.0.1:PACK_PORT forwarded to the host's (where the pack is served; a unit a runcmd
 # entry before the card's enables); one reboot before runcmd, as Pi OS's own cloud-init
 # module for `rpi:` makes when it changes an interface (the VM's Debian cloud-init has no
-# such module: a `bootcmd` entry reboots, once); and one in the middle of the install
-# (a watcher a runcmd entry starts reboots when the log reaches the venv step, once), as
-# an owner pulling the plug on a first boot that seems stuck. MemoryMax= and the rest
+# such module: a `bootcmd` entry reboots, once). MemoryMax= and the rest
 # stay as shipped. Left out, because the VM's Debian is not Pi OS: Imager's `keyboard:`
 # (cloud-init restarts console-setup, which Debian's minimal image lacks);
 # tests/test_card.py keeps it on the card.
@@ -155,23 +153,11 @@ write_files:
     ExecStart=/usr/bin/python3 /usr/local/sbin/pack-forward {pack_port}
     [Install]
     WantedBy=multi-user.target
-- path: /usr/local/sbin/cut-install
-  permissions: "0755"
-  content: |
-    #!/bin/sh
-    [ -e /var/lib/vm-cut-install ] && exit 0
-    until grep -qs "==> venv" /var/log/da3-edge-install.log; do sleep 1; done
-    touch /var/lib/vm-cut-install
-    sync
-    echo "{cutting}" >/dev/console
-    systemctl reboot
 runcmd:
 - echo "Imager's runcmd ran" > /var/log/imager-runcmd.txt
 - systemctl enable --now pack-forward.service
-- systemd-run --unit=cut-install /usr/local/sbin/cut-install
 """
 REBOOTING = "VM-ONLY: rebooting once before runcmd, as the Pi OS cloud-init module for rpi would"
-CUTTING = "VM-ONLY: rebooting once in the middle of the install (its venv step)"
 # The guest's 127.0.0.1:PORT to the host's (qemu's 10.0.2.2), one thread a direction.
 FORWARDER = """\
 import socket, sys, threading
@@ -201,7 +187,6 @@ def imager_user_data(pack_port: int) -> str:
     forwarder = "".join(f"    {line}\n" for line in FORWARDER.splitlines())
     return IMAGER_USER_DATA.format(
         rebooting=REBOOTING,
-        cutting=CUTTING,
         user=USER,
         forwarder=forwarder.rstrip("\n"),
         pack_port=pack_port,
@@ -389,10 +374,10 @@ def boot_twice(seed: Path, password: str, vm_models: Path, work: Path) -> list[v
     results = []
     serve_port = free_port()
     auth = f"{card_mod.LAN_USER}:{password}"
-    # The first boot cut short twice: by a reboot before runcmd reaches the card's entry,
-    # then by one in the middle of the install; it goes on at the next boot (boot 1).
+    # The first boot cut short by a reboot before runcmd reaches the card's entry; it goes
+    # on at the next boot (boot 1).
     (work / "boot1").mkdir()
-    for name, line in (("before-runcmd", REBOOTING), ("mid-install", CUTTING)):
+    for name, line in (("before-runcmd", REBOOTING),):
         cut = vm.run(
             job(1, small, auth), timeout=INSTALL_S, memory_mib=2048, job=work / f"boot1-{name}",
             disk=disk, drives=(seed,), network=True, cloud_init=True, ends_at=line,
@@ -552,22 +537,18 @@ def test_first_boot_waits_and_pulls_the_pack(boots: list[vm.Result]) -> None:
         assert f"{h}x{w}" in log, log[-3000:]
 
 
-def test_first_boot_goes_on_after_reboots_before_and_during_its_install(
-    boots: list[vm.Result],
-) -> None:
+def test_first_boot_goes_on_after_a_reboot_before_its_step(boots: list[vm.Result]) -> None:
     """The card carries Imager's ``rpi:`` keys; where Pi OS's module for them reboots
     (before runcmd; here a VM-only ``bootcmd``), the first boot stops before the card's
-    step and the next boot runs runcmd. A reboot in the middle of the install (the plug
-    pulled): cloud-init never runs runcmd again, and the unit the first-boot script left
-    runs it at the next boot. The install starts twice and finishes once."""
+    step and the next boot runs runcmd: the install starts once and finishes once, and
+    its resume unit is gone after it."""
     first = boots[0]
     before = text(first, "console-before-runcmd.txt")
     assert REBOOTING in before and "da3-edge first boot" not in before, before[-3000:]
-    assert CUTTING in text(first, "console-mid-install.txt")
     log = text(first, "da3-edge-install.log")
     starts = [line for line in log.splitlines() if ", install-pi.sh --models-url" in line]
     print("\n".join(starts))
-    assert len(starts) == 2, log[:3000]
+    assert len(starts) == 1, log[:3000]
     assert log.count("da3-edge first boot: installed") == 1, log[-3000:]
     assert "da3-edge-first-boot.service" not in text(first, "snapshot.txt")  # gone once installed
     assert text(first, "imager-runcmd.txt").strip() == "Imager's runcmd ran"

@@ -36,7 +36,8 @@ has_route() { [ -n "$(ip route show default; ip -6 route show default)" ]; }
 resolves() { getent ahosts pypi.org; }
 UNIT=/etc/systemd/system/da3-edge-first-boot.service
 
-# The unit is ordered after nothing of cloud-init's (cloud-final.service comes after
+# The unit waits for the boot partition's mount (its condition is the bundle there), is
+# ordered after nothing of cloud-init's (cloud-final.service comes after
 # multi-user.target, which would make a cycle systemd breaks by dropping this unit), and
 # is started, not waited for (Type=exec): the boot does not wait out the install.
 resume_at_boot() {  # resume_at_boot SCRIPT: the unit that runs SCRIPT at each boot until it is gone
@@ -44,6 +45,7 @@ resume_at_boot() {  # resume_at_boot SCRIPT: the unit that runs SCRIPT at each b
     cat >"$UNIT.tmp" <<EOF
 [Unit]
 Description=da3-edge first boot, resumed: the install from the card's bundle
+RequiresMountsFor=$(dirname "$(dirname "$1")")
 ConditionPathExists=$1
 
 [Service]
