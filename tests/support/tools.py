@@ -100,6 +100,15 @@ def tmpfs(path: Path, *, size: str = "4m", read_only: bool = False) -> Iterator[
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextlib.contextmanager
 def world_readable() -> Iterator[Path]:
     """A folder another user can reach (pytest's tmp_path is root's, 0700), for what
