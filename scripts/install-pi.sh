@@ -518,9 +518,9 @@ if [ -e "$OLD_MODELS" ] || [ -L "$OLD_MODELS" ]; then
     HOLD=$(mktemp -d /var/lib/.da3-edge-models.XXXXXX)
     mv -T "$OLD_MODELS" "$HOLD/models"
     if [ -d "$HOLD/models" ] && [ ! -L "$HOLD/models" ]; then
-        dropped=$(find "$HOLD/models" -mindepth 1 \( ! -type f -o -links +1 \) -printf '%P ' -prune)
+        dropped=$(find "$HOLD/models" -mindepth 1 \( ! -type f -o -links +1 \) -printf '%P ' \
+            -prune -exec rm -rf {} +)
         [ -z "$dropped" ] || note "dropped (not a plain file): $dropped"
-        find "$HOLD/models" -mindepth 1 \( ! -type f -o -links +1 \) -prune -exec rm -rf {} +
         if [ -z "$NEW_MODELS" ] && [ ! -e "$MODELS/manifest.json" ]; then
             NEW_MODELS=$HOLD/models
             note "moving $OLD_MODELS (the service user's) to $MODELS (root's)"

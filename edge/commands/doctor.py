@@ -277,18 +277,18 @@ def check_store(given: Path | None) -> Check:
         refuse_unsafe(store)
     except UnsafeStore as exc:
         return Check("store", FAIL, str(exc))
-    if store.is_dir() and store.stat().st_uid != os.geteuid() and not os.access(store, os.W_OK):
-        return check_readers_store(store)
+    st = store.stat() if store.is_dir() else None
+    if st is not None and st.st_uid != os.geteuid() and not os.access(store, os.W_OK):
+        return check_readers_store(store, st)
     return check_dir("store", store, blocking=True)
 
 
-def check_readers_store(store: Path) -> Check:
+def check_readers_store(store: Path, st: os.stat_result) -> Check:
     """A store another user's daemon writes (the service's, for the Pi's owner): ready
     when it can be read here, which is all its readers need."""
     import grp
     import pwd
 
-    st = store.stat()
     try:
         owner, group = pwd.getpwuid(st.st_uid).pw_name, grp.getgrgid(st.st_gid).gr_name
     except KeyError:
