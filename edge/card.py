@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edge import deploy
 from edge.errors import CardError, ConfigError
 
 BUNDLE = "da3-edge"
@@ -34,17 +34,6 @@ FIRST_BOOT = f"/boot/firmware/{BUNDLE}/first-boot.sh"
 # The runcmd entry: one list item, argv form (cloud-init quotes it for the shell).
 ENTRY = ["bash", FIRST_BOOT]
 ENTRY_TEXT = f"[bash, {FIRST_BOOT}]"
-# What the bundle takes from the checkout: first-boot.sh (to the bundle's top), the
-# installer and what it needs beside itself (its "is missing" check names the same).
-CHECKOUT_FILES = (
-    "scripts/install-pi.sh",
-    "scripts/pi/first-boot.sh",
-    "requirements/runtime.txt",
-    "requirements/runtime-numpy1.txt",
-    "requirements/uv.txt",
-    "systemd",
-    "docs",
-)
 # Where the Pi fetches its models, when the card carries none (card --models URL):
 # "URL SHA256", for first-boot.sh to pass to the installer's --models-url.
 MODELS_URL = "models-url"
@@ -75,15 +64,6 @@ class Plan:
     @property
     def changes(self) -> int:
         return len(self.files) + (self.user_data is not None) + len(self.stale)
-
-
-def checkout_root() -> Path | None:
-    """The source checkout this da3-edge runs from (``uv sync`` installs it editable),
-    or None for an installed wheel."""
-    root = Path(__file__).resolve().parent.parent
-    if (root / "pyproject.toml").is_file() and (root / "scripts" / "install-pi.sh").is_file():
-        return root
-    return None
 
 
 def entry(boot: Path, name: str) -> Path | None:
@@ -285,20 +265,17 @@ def _append_item(text: str, node: Any, nl: str) -> str:
     return text[:at] + item + text[at:]
 
 
-def _bundle_sources(
-    checkout: Path, models: Path | None, wheel: Path, config: Path | None
-) -> dict[str, Path]:
-    """Each file of the bundle, relative to the boot partition -> where its bytes are."""
-    files: dict[str, Path] = {}
-    for rel in CHECKOUT_FILES:
-        src = checkout / rel
-        dest = f"{BUNDLE}/first-boot.sh" if rel == "scripts/pi/first-boot.sh" else f"{BUNDLE}/{rel}"
-        if src.is_dir():
-            for path in sorted(src.rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    files[f"{dest}/{path.relative_to(src).as_posix()}"] = path
-        else:
-            files[dest] = src
+def bundle_name(rel: str) -> str:
+    """Where a deployed file (``deploy.FILES``) goes on the card: as in the checkout,
+    under the bundle, but first-boot.sh at its top (user-data's entry names it there)."""
+    return f"{BUNDLE}/first-boot.sh" if rel == "scripts/pi/first-boot.sh" else f"{BUNDLE}/{rel}"
+
+
+def _bundle_sources(models: Path | None, wheel: Path, config: Path | None) -> dict[str, Path]:
+    """Each file of the bundle, relative to the boot partition -> where its bytes are
+    (the deployed files from the package itself: a checkout's or an installed wheel's)."""
+    tree = deploy.root()
+    files = {bundle_name(rel): tree / rel for rel in deploy.FILES}
     files[f"{BUNDLE}/dist/{wheel.name}"] = wheel
     from edge.models import Manifest
 
@@ -337,7 +314,6 @@ def plan(
     *,
     models: Path,
     wheel: Path,
-    checkout: Path,
     config: Path | None = None,
     extra: dict[str, Path] | None = None,
     bundle_models: bool = True,
@@ -355,11 +331,11 @@ def plan(
     check_no_links(boot / BUNDLE)
     check_config(config, models)
     result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
-    sources = _bundle_sources(checkout, models if bundle_models else None, wheel, config)
+    sources = _bundle_sources(models if bundle_models else None, wheel, config)
     sources.update({f"{BUNDLE}/{name}": path for name, path in (extra or {}).items()})
     for rel, src in sources.items():
         if not src.is_file():
-            raise CardError(f"{src}: missing from the checkout (needed on the card as {rel})")
+            raise CardError(f"{src}: missing (needed on the card as {rel})")
         dest = boot / rel
         if not same_bytes(src, dest):
             result.files[rel] = src
@@ -439,25 +415,3 @@ def apply(p: Plan, progress: Callable[[str], None]) -> None:
         progress(f"user-data: runcmd runs {FIRST_BOOT} at first boot")
     if hasattr(os, "sync"):
         os.sync()
-
-
-def build_wheel(checkout: Path, out: Path) -> Path:
-    """A wheel of the checkout (``uv build``: reproducible, so the same code gives the
-    same bytes and a second ``card`` run copies nothing)."""
-    uv = shutil.which("uv")
-    if uv is None:
-        raise CardError(
-            "uv not found to build a wheel of the checkout: install uv, or pass --wheel"
-        )
-    proc = subprocess.run(
-        [uv, "--no-config", "build", "--quiet", "--wheel", "--out-dir", str(out), str(checkout)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
-    )
-    wheels = sorted(out.glob("da3_edge-*.whl"))
-    if proc.returncode != 0 or len(wheels) != 1:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
-        raise CardError(f"building a wheel of {checkout} failed: {tail}")
-    return wheels[0]

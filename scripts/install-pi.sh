@@ -7,8 +7,8 @@
 #   apt packages, models (fetched and checked first), the da3-edge user, the venv in
 #   /opt/da3-edge/venv (uv from PyPI, the runtime set pinned with hashes in
 #   requirements/), the models in /opt/da3-edge/models, the config in
-#   /etc/da3-edge/da3-edge.toml (created once; only --config replaces it), docs/ and systemd/ in
-#   /opt/da3-edge/, the units: the daemon and serve on 127.0.0.1:8000 (enabled; started
+#   /etc/da3-edge/da3-edge.toml (created once; only --config replaces it), systemd/ in
+#   /opt/da3-edge/ (the units' Documentation=), the units: the daemon and serve on 127.0.0.1:8000 (enabled; started
 #   when systemd runs). --uninstall takes it all away again (--purge: data and user too).
 set -Eeuo pipefail
 
@@ -86,7 +86,7 @@ options:
   -h, --help            show this help and exit
 
 Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
-once; only --config replaces it), /opt/da3-edge/models, /opt/da3-edge/{docs,systemd}
+once; only --config replaces it), /opt/da3-edge/models, /opt/da3-edge/systemd
 and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs),
 with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000) and
 da3-edge-publish.service (MQTT; installed disabled until [mqtt] is configured).
@@ -188,10 +188,10 @@ if [ $UNINSTALL -eq 1 ]; then
     done
     if [ $PURGE -eq 1 ]; then
         rm -rf "$OPT"
-        note "removed $OPT (the venv, the models, docs, units' copies)"
+        note "removed $OPT (the venv, the models, units' copies)"
     elif [ -d "$OPT" ]; then
         find "$OPT" -mindepth 1 -maxdepth 1 ! -path "$MODELS" -exec rm -rf {} +
-        note "removed the venv, docs and units' copies from $OPT"
+        note "removed the venv and units' copies from $OPT"
     fi
     if grep -q "written by install-pi.sh" "$BIN_LINK" 2>/dev/null; then
         rm -f "$BIN_LINK"
@@ -218,10 +218,12 @@ if [ $UNINSTALL -eq 1 ]; then
     exit 0
 fi
 
+# What the script needs beside itself (edge/deploy.py's FILES): a checkout, a card's
+# bundle and an installed da3-edge (edge/data/deploy/) each hold them.
 for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
-    systemd/da3-edge.service systemd/da3-edge-serve.service systemd/da3-edge-publish.service \
-    systemd/serve-lan.conf docs; do
-    [ -e "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout"
+    systemd/README.md systemd/da3-edge.service systemd/da3-edge-serve.service \
+    systemd/da3-edge-publish.service systemd/serve-lan.conf; do
+    [ -f "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout, a card's bundle or an installed da3-edge's edge/data/deploy/"
 done
 if [ -n "$MODELS_DIR" ]; then
     [ -f "$MODELS_DIR/manifest.json" ] || die "--models $MODELS_DIR: no manifest.json there"
@@ -617,7 +619,7 @@ if [ -n "$SERVE_USERS" ]; then
 fi
 
 # ---------------------------------------------------------------------------- unit
-step "docs and unit"
+step "units"
 sync_dir() {  # replace $2 by a copy of $1 unless they already match
     if [ -d "$2" ] && diff -rq "$1" "$2" >/dev/null 2>&1; then
         note "unchanged: $2"
@@ -630,7 +632,10 @@ sync_dir() {  # replace $2 by a copy of $1 unless they already match
     mv "$2.new" "$2"
     note "copied $2"
 }
-sync_dir "$SRC/docs" "$OPT/docs"
+if [ -d "$OPT/docs" ]; then  # an older install's copy: the docs live with the source
+    rm -rf "$OPT/docs"
+    note "removed $OPT/docs"
+fi
 sync_dir "$SRC/systemd" "$OPT/systemd"
 # A copy of this script, for --uninstall once the checkout or the card's bundle is gone.
 if cmp -s "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"; then

@@ -15,16 +15,17 @@ import os
 import shutil
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from edge import card, packs
+from edge import card, deploy, packs
 
 from .support import ROOT, fat
 from .support.httpfile import Server
-from .support.tools import require_tool, run_cli
+from .support.tools import require_tool, run_cli, tool_install
 from .support.units import parse_unit
 
 # What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
@@ -132,7 +133,7 @@ def card_models(small_models: Path, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One wheel of this checkout for the module's cards (building it costs ~1 s each)."""
-    return card.build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+    return deploy.build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
 
 
 INT8 = '[model]\nprecision = "int8"\n'  # what the card's models hold (card_models)
@@ -178,12 +179,8 @@ def test_card_keeps_imagers_keys_and_adds_one_install_step(
         assert len(list((bundle / "dist").glob("da3_edge-*.whl"))) == 1
         assert (bundle / "da3-edge.toml").read_text() == config.read_text()
         assert tree_digest(bundle / "models") == tree_digest(card_models)
-        for rel in card.CHECKOUT_FILES:
-            if rel != "scripts/pi/first-boot.sh":
-                assert (bundle / rel).exists(), rel
-        assert (bundle / "first-boot.sh").read_bytes() == (
-            ROOT / "scripts/pi/first-boot.sh"
-        ).read_bytes()
+        for rel in deploy.FILES:
+            assert (boot / card.bundle_name(rel)).read_bytes() == (ROOT / rel).read_bytes(), rel
         schema = subprocess.run(
             [
                 require_tool("cloud-init", "scripts/install-host-packages.sh cloud-init"),
@@ -206,6 +203,72 @@ def test_card_keeps_imagers_keys_and_adds_one_install_step(
     models = fat.listing(image, "::/da3-edge/models")
     assert models is not None and "manifest.json" in models
     assert fat.read(image, "user-data") == text.encode()
+
+
+def test_the_deploy_tree_links_each_deployed_file_to_its_source(wheel: Path) -> None:
+    """edge/data/deploy/ holds deploy.FILES and nothing else, each a link to the file of
+    the same path at the top level (one source, no copy to drift); the wheel carries
+    each with its source's bytes."""
+    tree = ROOT / "edge" / "data" / "deploy"
+    found = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if not p.is_dir())
+    assert found == sorted(deploy.FILES)
+    for rel in deploy.FILES:
+        assert (tree / rel).is_symlink(), f"{tree / rel}: a copy, not a link to {rel}"
+        assert (tree / rel).resolve() == (ROOT / rel).resolve(), rel
+    with zipfile.ZipFile(wheel) as archive:
+        for rel in deploy.FILES:
+            assert archive.read(f"edge/data/deploy/{rel}") == (ROOT / rel).read_bytes(), rel
+
+
+def wheel_files(path: Path) -> dict[str, bytes]:
+    """A wheel's files (no folder entries), RECORD as its sorted lines (their order is
+    the writer's)."""
+    with zipfile.ZipFile(path) as archive:
+        files = {n: archive.read(n) for n in archive.namelist() if not n.endswith("/")}
+    return {
+        n: b"\n".join(sorted(data.splitlines())) if n.endswith(".dist-info/RECORD") else data
+        for n, data in files.items()
+    }
+
+
+def test_card_from_a_wheel_installed_outside_any_checkout(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    """The wheel installed with ``uv tool install``, run from a folder outside the
+    checkout: card readies Imager's card with the deploy files from the package and a
+    wheel of the installed files, the same files as the wheel installed; a second run
+    changes nothing (the same install packs to the same bytes). An installed file
+    changed since: refused in one line, naming it."""
+    python = tool_install(wheel, tmp_path / "tool")
+    where = subprocess.run(
+        [python, "-c", "import edge.deploy as d; print(d.__file__, d.checkout_root())"],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    )  # fmt: skip
+    assert not where.stdout.startswith(str(ROOT)) and where.stdout.split()[1] == "None"
+    config = tmp_path / "int8.toml"
+    config.write_text(INT8)
+    args = ["card", "BOOT", "--models", str(card_models), "--config", str(config)]
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        args[1] = str(boot)
+        first = run_cli(args, python=python, cwd=tmp_path)
+        print(first.stderr)
+        assert first.returncode == 0, first.stderr
+        bundled = list((boot / card.BUNDLE / "dist").glob("da3_edge-*.whl"))
+        assert [p.name for p in bundled] == [wheel.name]
+        assert wheel_files(bundled[0]) == wheel_files(wheel)
+        for rel in deploy.FILES:
+            assert (boot / card.bundle_name(rel)).read_bytes() == (ROOT / rel).read_bytes(), rel
+        again = run_cli(args, python=python, cwd=tmp_path)
+        assert again.returncode == 0 and again.stdout == f"{boot}: ready already, nothing changed\n"
+        site = Path(where.stdout.split()[0]).parent
+        with (site / "data" / "live.html").open("a") as page:
+            page.write("<!-- changed -->\n")
+        changed = run_cli(args, python=python, cwd=tmp_path)
+    assert changed.returncode != 0
+    assert changed.stderr.strip().splitlines()[-1] == (
+        f"da3-edge: error: {site / 'data' / 'live.html'}: differs from what was installed (its "
+        "RECORD hash): reinstall da3-edge, or pass --wheel"
+    ), changed.stderr
 
 
 def test_card_without_runcmd_gets_one(tmp_path: Path, card_models: Path, wheel: Path) -> None:

@@ -6,7 +6,7 @@ partition (mkfs.vfat, mtools) holding what Raspberry Pi Imager writes for a trix
 (``user-data`` with a hostname, a user with an SSH key, a time zone and Imager's own
 ``runcmd``; ``network-config`` with Wi-Fi; ``meta-data``; ``config.txt``), mounted
 with fusefat for ``da3-edge card --view lan --models URL --sha256 HEX --config`` as on
-a laptop (the pack made by ``da3-edge models pack``, served by the host on loopback),
+a laptop, da3-edge installed there with ``uv tool install`` and run outside the checkout (the pack made by ``da3-edge models pack``, served by the host on loopback),
 then booted as a Pi OS trixie card: cloud-init (NoCloud from /boot/firmware) applies the
 owner's settings and runs the one step the card added, the first-boot script (cut short
 once by a reboot before runcmd, where Pi OS's module for Imager's ``rpi:`` keys reboots;
@@ -70,14 +70,15 @@ import pytest
 from PIL import Image, ImageDraw
 
 from edge import card as card_mod
+from edge import deploy
 from edge.card import INSTALLED
 from edge.pipeline import Pipeline, PipelineSpec
 from edge.stats import nearest_rank
 
-from .support import fat, vm
+from .support import ROOT, fat, vm
 from .support.httpfile import Server
 from .support.models import VM_PACK_SHAPES, VM_SHAPE, build_vm_models, build_vm_pack_models
-from .support.tools import free_port, run_cli
+from .support.tools import free_port, run_cli, tool_install
 
 pytestmark = pytest.mark.vm
 
@@ -272,9 +273,11 @@ def card(path: Path, url: str, sha: str, pack_port: int, work: Path) -> tuple[Pa
     image = fat.image(path, files, size_mib=512)  # a Pi OS card's boot partition
     config = work / "da3-edge.toml"
     config.write_text(CARD_CONFIG)
+    # As an owner readies it: da3-edge installed with `uv tool install`, run outside the checkout.
+    python = tool_install(deploy.build_wheel(ROOT, work), work / "tool")
     with fat.mounted(image) as boot:
         proc = run_cli(["card", str(boot), "--models", url, "--sha256", sha,
-                        "--view", "lan", "--config", str(config)])  # fmt: skip
+                        "--view", "lan", "--config", str(config)], python=python, cwd=work)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout + proc.stderr)
     found = re.search(r"password (\S+)\n", proc.stdout)

@@ -50,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wheel",
         metavar="FILE",
-        help="the da3-edge wheel to install (default: one built from this checkout)",
+        help="the da3-edge wheel to install (default: this da3-edge, built from its checkout "
+        "or packed from its installed files)",
     )
     p.add_argument(
         "--view",
@@ -122,9 +123,11 @@ def _models(ns: argparse.Namespace, tmp: Path) -> tuple[Path, str | None]:
     return folder, f"{ns.models} {ns.sha256.lower()}\n"
 
 
-def _wheel(ns: argparse.Namespace, checkout: Path, tmp: Path) -> Path:
+def _wheel(ns: argparse.Namespace, tmp: Path) -> Path:
     if not ns.wheel:
-        return card.build_wheel(checkout, tmp)
+        from edge import deploy
+
+        return deploy.own_wheel(tmp)
     wheel = Path(ns.wheel)
     if wheel.suffix != ".whl" or not wheel.name.startswith("da3_edge-") or not wheel.is_file():
         raise CardError(f"--wheel {wheel}: not a da3_edge-*.whl file")
@@ -134,12 +137,6 @@ def _wheel(ns: argparse.Namespace, checkout: Path, tmp: Path) -> Path:
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     boot = Path(ns.bootfs)
-    checkout = card.checkout_root()
-    if checkout is None:
-        raise CardError(
-            "da3-edge card needs a da3-edge checkout (the installer, requirements/, "
-            "systemd/, docs/): run it from the clone's environment (uv run --no-dev da3-edge card)"
-        )
     card.check_partition(boot)  # the cheap refusals before the models are loaded
     with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as name:
         tmp = Path(name)
@@ -147,7 +144,7 @@ def main(args: Sequence[str] | None = None) -> int:
         _verify_models(models)
         config = Path(ns.config) if ns.config else None
         card.check_config(config, models)  # file:line: section.key, before a wheel is built
-        wheel = _wheel(ns, checkout, tmp)
+        wheel = _wheel(ns, tmp)
         extra, password = {}, None
         if url is not None:
             extra[card.MODELS_URL] = tmp / card.MODELS_URL
@@ -155,7 +152,7 @@ def main(args: Sequence[str] | None = None) -> int:
         if ns.view == "lan":
             config, extra[card.SERVE_USERS], password = _lan(boot, config, tmp)
         todo = card.plan(
-            boot, models=models, wheel=wheel, checkout=checkout, config=config,
+            boot, models=models, wheel=wheel, config=config,
             extra=extra, bundle_models=url is None,
         )  # fmt: skip
         if not todo.changes:

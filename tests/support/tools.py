@@ -15,6 +15,13 @@ import pytest
 
 from . import ROOT
 
+# uv's cache as the shell that started pytest has it, read when this module is imported
+# (conftest's first import), before the tests' own XDG_CACHE_HOME: a uv run by a test
+# finds what ``uv sync`` fetched there.
+UV_CACHE = os.environ.get("UV_CACHE_DIR") or str(
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "uv"
+)
+
 
 def skip_or_fail(message: str) -> None:
     """Skip the test; fail it under ``DA3_EDGE_STRICT_TESTS=1`` (scripts/check sets it,
@@ -121,3 +128,19 @@ def world_readable() -> Iterator[Path]:
         yield base
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def tool_install(wheel: Path, into: Path) -> Path:
+    """``uv tool install`` of the wheel into ``into`` (offline: the lock's versions, from
+    the cache ``uv sync`` filled), as an owner installs the tool; its Python."""
+    uv = require_tool("uv", "python3 -m pip install uv (the version in requirements/uv.txt)")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(UV_TOOL_DIR=str(into / "venvs"), UV_TOOL_BIN_DIR=str(into / "bin"))
+    env.update(UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=UV_CACHE)
+    runtime = ROOT / "requirements" / "runtime.txt"
+    into.mkdir()
+    args = [uv, "tool", "install", "--offline", "--python", sys.executable, "-c", str(runtime)]
+    proc = subprocess.run([*args, str(wheel)], env=env, cwd=into, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (into / "bin" / "da3-edge").is_file(), proc.stderr
+    return into / "venvs" / "da3-edge" / "bin" / "python"

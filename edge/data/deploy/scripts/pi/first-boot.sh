@@ -1,0 +1,1 @@
+../../../../../scripts/pi/first-boot.sh
