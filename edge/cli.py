@@ -44,6 +44,10 @@ COMMANDS = {
         "edge.commands.card",
         "prepare a Raspberry Pi OS card (Imager's) to install da3-edge at first boot",
     ),
+    "update": (
+        "edge.commands.update",
+        "install another da3-edge wheel on this Pi, rolled back if its daemon does not start",
+    ),
 }
 
 USAGE = "usage: da3-edge [-h] [--version] COMMAND [ARGS...]"

@@ -79,6 +79,11 @@ class PackError(EdgeError, ValueError):
     do not check."""
 
 
+class DeployError(EdgeError, ValueError):
+    """What da3-edge deploys cannot be had (a broken install, a wheel that does not
+    build), or a wheel ``da3-edge update`` refuses."""
+
+
 class CardError(EdgeError, ValueError):
     """A boot partition, user-data, model folder or config ``da3-edge card`` refuses."""
 

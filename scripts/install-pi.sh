@@ -15,7 +15,9 @@ set -Eeuo pipefail
 PROG=install-pi.sh
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)  # the checkout (or bundle) this script is in
 OPT=/opt/da3-edge
-VENV=$OPT/venv
+VENV=$OPT/venv  # a link to the venv in service, one of $VENVS
+VENVS=$OPT/venvs
+VENV_BEFORE=$OPT/venv-before  # a link to the venv before it, kept for a rollback
 ETC=/etc/da3-edge
 CONFIG=$ETC/da3-edge.toml
 # The models are root's and read-only to every service (the daemon never writes them);
@@ -36,6 +38,8 @@ CACHE=/var/cache/da3-edge
 # uv reads [tool.uv] from any pyproject.toml at or above its working directory; run from
 # a checkout, the project's own settings (made for developers) would reach this install.
 export UV_NO_CONFIG=1 UV_CACHE_DIR=$CACHE/uv UV_PYTHON_DOWNLOADS=never
+# uv trusts the system's CA store, as pip and apt do (a proxy's CA added there reaches all three).
+export UV_SYSTEM_CERTS=1
 # Everything this installer downloads or packs (pip, the ExecuTorch wheel, LiteRT's
 # weight cache while models are checked) lands in one place --purge removes, not in
 # root's home.
@@ -53,7 +57,7 @@ usage() {
     cat <<'EOF'
 usage: install-pi.sh [--from PATH] [--models DIR | --models-url URL --models-sha256 HEX]
                      [--config FILE] [--serve-users FILE] [--require-executorch]
-                     [--no-start] [-h]
+                     [--no-start] [--ready-timeout S] [-h]
        install-pi.sh --uninstall [--purge]
 
 Install da3-edge as a systemd service on Raspberry Pi OS 64-bit (bookworm, trixie).
@@ -78,6 +82,9 @@ options:
   --require-executorch  fail when the ExecuTorch runner cannot be built (default:
                         carry on with the numpy stages and say so)
   --no-start            enable the service but do not (re)start it now
+  --ready-timeout S     a new program beside one in service: seconds each unit has
+                        to come up after the switch (the daemon: READY), else the
+                        one before is back in service, in one step (default: 180)
   --uninstall           stop and remove the units and /opt/da3-edge (the venv, and
                         the copy of this script the install leaves there to run
                         this); keep /etc/da3-edge and the models
@@ -85,11 +92,13 @@ options:
                         the store and the da3-edge user
   -h, --help            show this help and exit
 
-Installs /opt/da3-edge/venv (the program), /etc/da3-edge/da3-edge.toml (created
-once; only --config replaces it), /opt/da3-edge/models, /opt/da3-edge/systemd
-and /etc/systemd/system/da3-edge.service (enabled; started if systemd runs),
-with da3-edge-serve.service beside it (the store over HTTP on 127.0.0.1:8000) and
-da3-edge-publish.service (MQTT; installed disabled until [mqtt] is configured).
+Installs the program in a venv of its own in /opt/da3-edge/venvs (the link
+/opt/da3-edge/venv names the one in service, venv-before the one before it),
+/etc/da3-edge/da3-edge.toml (created once; only --config replaces it),
+/opt/da3-edge/models, /opt/da3-edge/systemd and the units in /etc/systemd/system:
+da3-edge.service (enabled; started if systemd runs), da3-edge-serve.service
+beside it (the store over HTTP on 127.0.0.1:8000) and da3-edge-publish.service
+(MQTT; installed disabled until [mqtt] is configured).
 Frames then appear in /run/da3-edge. Check with: systemctl status da3-edge;
 /opt/da3-edge/venv/bin/da3-edge doctor; curl http://127.0.0.1:8000/healthz
 EOF
@@ -128,6 +137,7 @@ MODELS_DIR=""
 MODELS_URL=""
 MODELS_SHA256=""
 START=1
+READY_TIMEOUT=180
 while [ $# -gt 0 ]; do
     case $1 in
         -h | --help) usage; exit 0 ;;
@@ -145,6 +155,8 @@ while [ $# -gt 0 ]; do
         --serve-users=*) SERVE_USERS=${1#*=}; shift ;;
         --require-executorch) REQUIRE_ET=1; shift ;;
         --no-start) START=0; shift ;;
+        --ready-timeout) [ $# -ge 2 ] || usage_error "--ready-timeout needs seconds"; READY_TIMEOUT=$2; shift 2 ;;
+        --ready-timeout=*) READY_TIMEOUT=${1#*=}; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
         --purge) PURGE=1; shift ;;
         *) usage_error "unknown argument: $1" ;;
@@ -158,6 +170,8 @@ if [ $UNINSTALL -eq 1 ]; then
 elif [ $PURGE -eq 1 ]; then
     usage_error "--purge goes with --uninstall"
 fi
+[[ $READY_TIMEOUT =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ "$READY_TIMEOUT" != 0 ] \
+    || usage_error "--ready-timeout must be a number of seconds above 0"
 [ -n "$MODELS_DIR" ] && [ -n "$MODELS_URL" ] && usage_error "--models and --models-url exclude each other"
 if [ -n "$MODELS_URL" ]; then
     [ -n "$MODELS_SHA256" ] || usage_error "--models-url needs --models-sha256 (the .tar.gz's SHA-256)"
@@ -240,6 +254,7 @@ if [ -n "$SERVE_USERS" ]; then
 fi
 FROM=${FROM:-$SRC}
 if [ -d "$FROM" ]; then
+    [ "$FROM" != "$SRC" ] || [ -f "$FROM/pyproject.toml" ] || die "$SRC is not a checkout: give --from WHEEL"
     [ -f "$FROM/pyproject.toml" ] || die "--from $FROM: neither a wheel nor a source checkout (no pyproject.toml)"
     FROM=$(cd "$FROM" && pwd)
 elif [ -f "$FROM" ]; then
@@ -257,7 +272,13 @@ command -v apt-get >/dev/null || die "apt-get not found: this installer is for R
 TMP=$(mktemp -d /tmp/da3-edge-install.XXXXXX)
 PULLED=$CACHE/installer/models-pull  # root's: --models-url lands here, then is installed
 HOLD=""  # a root-only folder the models of an older install are moved into
-cleanup() { rm -rf "$TMP" "$OPT"/.models-new.* "$PULLED" ${HOLD:+"$HOLD"}; }
+NEW=""  # the venv this run installs into; removed on a failure unless it is in service
+cleanup() {
+    rm -rf "$TMP" "$OPT"/.models-new.* "$OPT/.venv-link" "$PULLED" ${HOLD:+"$HOLD"}
+    if [ -n "$NEW" ] && [ "$NEW" != "$(readlink -f "$VENV")" ] && [ "$NEW" != "${CUR:-}" ]; then
+        rm -rf "$NEW"
+    fi
+}
 trap cleanup EXIT
 os_name=$( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo "unknown OS")
 echo "da3-edge installer: $os_name, $(uname -m); from $FROM"
@@ -388,50 +409,62 @@ else
 fi
 
 # ---------------------------------------------------------------------------- venv
-step "venv $VENV"
-# A venv whose pip does not run was cut short while it was made (ensurepip comes last).
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1 \
-    && [ "$("$VENV/bin/python" -c 'import sys; print(sys.version_info[:2])')" = "$(python3 -c 'import sys; print(sys.version_info[:2])')" ]; then
-    note "exists ($("$VENV/bin/python" --version))"
-else
-    rm -rf "$VENV"
-    mkdir -p "$OPT"
-    python3 -m venv --system-site-packages "$VENV"
-    note "created with --system-site-packages ($("$VENV/bin/python" --version)): sees apt's picamera2"
-fi
+# Each program has a venv of its own in $VENVS; $VENV links to the one in service and is
+# switched in one rename once a new one has passed its checks (step "switch"); the one
+# before it stays for a rollback. A venv holds absolute paths: each is made where it stays.
+venv_ok() {  # a venv whose pip runs (ensurepip comes last: a venv cut short fails), on this Python
+    [ -x "$1/bin/python" ] && "$1/bin/python" -m pip --version >/dev/null 2>&1 \
+        && [ "$("$1/bin/python" -c 'import sys; print(sys.version_info[:2])')" = "$(python3 -c 'import sys; print(sys.version_info[:2])')" ]
+}
 uv_pin=$(sed -n 's/^uv==\([0-9.]*\).*/\1/p' "$SRC/requirements/uv.txt")
-if [ "$("$VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" = "$uv_pin" ]; then
-    note "uv $uv_pin present"
-else
-    "$VENV/bin/pip" install -q --require-hashes -r "$SRC/requirements/uv.txt"
-    note "installed $("$VENV/bin/uv" --version) from PyPI (hash-checked)"
-fi
-UV=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --compile-bytecode)
+uv_is_pinned() { [ "$("$1/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" = "$uv_pin" ]; }
+with_uv() {  # the pinned uv in venv $1: the service's copy (hash-checked when it came), or PyPI's
+    if uv_is_pinned "$1"; then
+        note "uv $uv_pin present"
+    elif [ -n "${CUR:-}" ] && uv_is_pinned "$CUR"; then
+        install -m 0755 "$CUR/bin/uv" "$1/bin/uv"
+        note "uv $uv_pin copied from $CUR"
+    else
+        "$1/bin/pip" install -q --require-hashes -r "$SRC/requirements/uv.txt"
+        note "installed $("$1/bin/uv" --version) in $1 from PyPI (hash-checked)"
+    fi
+}
+make_venv() {  # NEW: a fresh venv in $VENVS, with the pinned uv
+    NEW=$VENVS/$(date -u +%Y%m%dT%H%M%SZ)-$$
+    mkdir -p "$VENVS"
+    python3 -m venv --system-site-packages "$NEW"
+    note "created $NEW with --system-site-packages ($("$NEW/bin/python" --version)): sees apt's picamera2"
+    with_uv "$NEW"
+}
+step "venv"
 # uv makes its lock files writable by every user (for caches shared between users):
 # here its cache is root's alone, and the venv's lock is made root's after it (a flock
 # held by another user would stall every later install).
 mkdir -p "$CACHE/uv"
 chmod 0700 "$CACHE/uv"
-
-step "runtime packages (requirements/runtime.txt)"
-if [ ${#OVERRIDE[@]} -gt 0 ]; then
-    note "Debian's numpy is $deb_numpy: numpy 1.26.4 in the venv (requirements/runtime-numpy1.txt)"
+CUR=""  # the venv in service: $VENV's target (an older install's venv is $VENV itself)
+if venv_ok "$VENV"; then
+    CUR=$(readlink -f "$VENV")
+    note "in service: $CUR ($("$CUR/bin/python" --version))"
+    with_uv "$CUR"
+    NEW=$CUR
+else
+    make_venv
 fi
-"${UV[@]}" --require-hashes -r "$SRC/requirements/runtime.txt" "${OVERRIDE[@]}"
 
 step "da3-edge"
 WHEEL=$FROM
 if [ -d "$FROM" ]; then
     # As root, offline: uv builds with its own backend (the uv requirements/uv.txt pins,
     # hash-checked) and fetches none (an unpinned uv_build from PyPI, run as root).
-    "$VENV/bin/uv" build --quiet --wheel --offline --python "$VENV/bin/python" \
+    "$NEW/bin/uv" build --quiet --wheel --offline --python "$NEW/bin/python" \
         --out-dir "$TMP/dist" "$FROM" \
         || die "cannot build a wheel of $FROM with uv's own build backend: build one elsewhere (uv build --wheel) and give --from WHEEL"
     WHEEL=$(ls "$TMP"/dist/*.whl)
     note "built $(basename "$WHEEL") from $FROM"
 fi
-# Installed already with exactly these files (the wheel's RECORD hashes)? Then nothing to do.
-if "$VENV/bin/python" - "$WHEEL" <<'PY'
+# Installed in service already with exactly these files (the wheel's RECORD hashes)?
+if [ -n "$CUR" ] && "$CUR/bin/python" - "$WHEEL" <<'PY'
 import sys, zipfile
 from importlib import metadata
 
@@ -450,15 +483,25 @@ then
     note "unchanged: $(basename "$WHEEL") is installed"
     CHANGED_PROGRAM=0
 else
-    "${UV[@]}" --no-deps --reinstall-package da3-edge "$WHEEL"
     CHANGED_PROGRAM=1
+    # A new program goes into a venv of its own, beside the one in service.
+    [ "$NEW" != "$CUR" ] || make_venv
 fi
-"$VENV/bin/da3-edge" --version >/dev/null
-if "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("picamera2") is None)'; then
+UV=("$NEW/bin/uv" pip install --python "$NEW/bin/python" --compile-bytecode)
+if [ ${#OVERRIDE[@]} -gt 0 ]; then
+    note "Debian's numpy is $deb_numpy: numpy 1.26.4 in the venv (requirements/runtime-numpy1.txt)"
+fi
+step "runtime packages (requirements/runtime.txt) in $NEW"
+"${UV[@]}" --require-hashes -r "$SRC/requirements/runtime.txt" "${OVERRIDE[@]}"
+if [ $CHANGED_PROGRAM -eq 1 ]; then
+    "${UV[@]}" --no-deps --reinstall-package da3-edge "$WHEEL"
+fi
+"$NEW/bin/da3-edge" --version >/dev/null
+if "$NEW/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("picamera2") is None)'; then
     # A real import: a numpy mismatch shows up here, not in find_spec.
-    "$VENV/bin/python" -c 'import picamera2' \
-        || die "picamera2 does not import in $VENV (numpy mismatch? see docs/how-to/raspberry-pi.md)"
-    note "picamera2 imports in the venv (numpy $("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)'))"
+    "$NEW/bin/python" -c 'import picamera2' \
+        || die "picamera2 does not import in $NEW (numpy mismatch? see docs/how-to/raspberry-pi.md)"
+    note "picamera2 imports in the venv (numpy $("$NEW/bin/python" -c 'import numpy; print(numpy.__version__)'))"
 fi
 
 # da3-edge on every user's PATH, looking at the service's models and store unless told
@@ -484,11 +527,17 @@ as_service() {
 }
 
 step "ExecuTorch runner (--stages executorch, no torch)"
+# A new venv starts from the service's runner: install-executorch keeps it when its
+# record (the runtime's version, ABI and the runner source's SHA-256) still matches.
+if [ "$NEW" != "$CUR" ] && [ -n "$CUR" ] && [ -d "$CUR/share/da3-edge" ] && [ ! -e "$NEW/share/da3-edge" ]; then
+    mkdir -p "$NEW/share"
+    cp -a "$CUR/share/da3-edge" "$NEW/share/"
+fi
 # The pinned executorch wheel's C++ runtime (SHA-256 checked) and da3-edge's runner built
 # against it here, in the venv, outside what uv manages; unchanged when already built.
 # The daemon runs without it (numpy stages), so a failure here ends the install only
 # with --require-executorch; install-executorch records why, and doctor shows it.
-if et_out=$("$VENV/bin/da3-edge" install-executorch 2>"$TMP/executorch.err"); then
+if et_out=$("$NEW/bin/da3-edge" install-executorch 2>"$TMP/executorch.err"); then
     sed 's/^/    /' "$TMP/executorch.err"
     note "$et_out"
 elif [ $REQUIRE_ET -eq 1 ]; then
@@ -497,7 +546,7 @@ else
     echo "$PROG: warning: ExecuTorch runner not built ($(tail -n 1 "$TMP/executorch.err" | sed 's/^da3-edge: error: //')); the numpy stages will run; retry: sudo $VENV/bin/da3-edge install-executorch" >&2
 fi
 
-find "$VENV" -maxdepth 1 -name '*.lock' -type f -perm /022 -exec chmod go-w {} +
+find "$NEW" -maxdepth 1 -name '*.lock' -type f -perm /022 -exec chmod go-w {} +
 
 # ---------------------------------------------------------------------------- models, installed
 same_models() {  # same model files, same bytes?
@@ -546,7 +595,7 @@ if [ -n "$NEW_MODELS" ]; then
         chmod 0644 "$stage"/*
         # Checked (sizes, SHA-256, each core model loads) before it replaces anything, as
         # the service user: LiteRT parses files that came from elsewhere, not as root.
-        as_service "$VENV/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
+        as_service "$NEW/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
         if [ -d "$MODELS" ]; then
             old="$OPT/.models-old.$$"
             mv -T "$MODELS" "$old"
@@ -566,7 +615,7 @@ if [ -n "$NEW_MODELS" ]; then
 fi
 if [ -f "$MODELS/manifest.json" ]; then
     step "models check"
-    "$VENV/bin/da3-edge" models --models "$MODELS" | sed 's/^/    /'
+    "$NEW/bin/da3-edge" models --models "$MODELS" | sed 's/^/    /'
 else
     step "models"
     note "none in $MODELS yet: the service will not start without them."
@@ -578,7 +627,7 @@ CHANGED_UNIT=0  # a unit file or drop-in written: daemon-reload, restarts
 step "config $CONFIG"
 install -d -m 0755 "$ETC"
 if [ -n "$CONFIG_FILE" ]; then
-    DA3_EDGE_MODELS=$MODELS "$VENV/bin/da3-edge" run --config "$CONFIG_FILE" --check-config >/dev/null
+    DA3_EDGE_MODELS=$MODELS "$NEW/bin/da3-edge" run --config "$CONFIG_FILE" --check-config >/dev/null
     if cmp -s "$CONFIG_FILE" "$CONFIG"; then
         note "unchanged: same as $CONFIG_FILE"
     else
@@ -592,11 +641,11 @@ if [ -n "$CONFIG_FILE" ]; then
 elif [ -e "$CONFIG" ]; then
     note "exists: left as it is"
 else
-    "$VENV/bin/da3-edge" run --print-default-config >"$TMP/da3-edge.toml"
+    "$NEW/bin/da3-edge" run --print-default-config >"$TMP/da3-edge.toml"
     install -m 0644 "$TMP/da3-edge.toml" "$CONFIG"
     note "created from da3-edge run --print-default-config"
 fi
-DA3_EDGE_MODELS=$MODELS "$VENV/bin/da3-edge" run --config "$CONFIG" --check-config | sed 's/^/    /'
+DA3_EDGE_MODELS=$MODELS "$NEW/bin/da3-edge" run --config "$CONFIG" --check-config | sed 's/^/    /'
 
 if [ -n "$SERVE_USERS" ]; then
     step "serve on the LAN"
@@ -644,7 +693,9 @@ else
     install -m 0755 "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"
     note "copied $OPT/install-pi.sh (sudo bash $OPT/install-pi.sh --uninstall removes da3-edge)"
 fi
+mkdir -p "$TMP/units-before"  # for a rollback (step "service")
 for unit in "${UNITS[@]}"; do
+    [ ! -f "$UNIT_DIR/$unit.service" ] || cp -p "$UNIT_DIR/$unit.service" "$TMP/units-before/"
     if cmp -s "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"; then
         note "unchanged: $UNIT_DIR/$unit.service"
     else
@@ -661,7 +712,61 @@ for unit in "${UNITS[@]}"; do
     fi
 done
 
+# ---------------------------------------------------------------------------- switch
+step "switch"
+PREVIOUS=""  # the venv that was in service, to go back to
+if [ "$NEW" = "$CUR" ]; then
+    note "in service already: $NEW"
+else
+    if [ -n "$CUR" ] && [ ! -L "$VENV" ]; then  # an older install's venv, made in place
+        CUR=$VENVS/$(date -u +%Y%m%dT%H%M%SZ)-before
+        mv -T "$VENV" "$CUR"
+    fi
+    [ -L "$VENV" ] || rm -rf "$VENV"  # one cut short: nothing to go back to
+    ln -sfn "venvs/$(basename "$NEW")" "$OPT/.venv-link"
+    mv -T "$OPT/.venv-link" "$VENV"
+    PREVIOUS=$CUR
+    note "$VENV -> venvs/$(basename "$NEW")${PREVIOUS:+ (before: $(basename "$PREVIOUS"))}"
+fi
+
 step "service"
+# A unit restarted and up (READY, for the daemon's Type=notify) within --ready-timeout s.
+restart_within() {
+    systemctl reset-failed "$1" 2>/dev/null || true
+    SINCE=$(date '+%Y-%m-%d %H:%M:%S')
+    timeout "$READY_TIMEOUT" systemctl restart "$1" && systemctl is-active --quiet "$1"
+}
+why_down() {  # how a unit's last start ended, and what its program said of it since
+    local result status lines log
+    result=$(systemctl show -p Result --value "$1" 2>/dev/null || true)
+    status=$(systemctl show -p ExecMainStatus --value "$1" 2>/dev/null || true)
+    lines=$(journalctl "_SYSTEMD_UNIT=$1.service" --since "$SINCE" -o cat --no-pager 2>/dev/null || true)
+    log=$(printf '%s\n' "$lines" | grep -E '^(ERROR|CRITICAL) |: error: ' | tail -n 1 || true)
+    [ -n "$log" ] || log=$(printf '%s\n' "$lines" | tail -n 1)
+    echo "$1: ${result:-no result}${status:+ (exit status $status)}${log:+: $log}"
+}
+RESTARTED=()
+rollback() {  # the venv and units this run replaced back in service, then the line why
+    ln -sfn "venvs/$(basename "$PREVIOUS")" "$OPT/.venv-link"
+    mv -T "$OPT/.venv-link" "$VENV"
+    for unit in "${UNITS[@]}"; do
+        [ ! -f "$TMP/units-before/$unit.service" ] \
+            || install -m 0644 "$TMP/units-before/$unit.service" "$UNIT_DIR/$unit.service"
+    done
+    systemctl daemon-reload
+    for unit in "${RESTARTED[@]}"; do
+        restart_within "$unit" || echo "$PROG: warning: after the rollback, $(why_down "$unit")" >&2
+    done
+    die "rolled back to $(basename "$PREVIOUS"): the new da3-edge did not come up within $READY_TIMEOUT s ($1)"
+}
+up() {  # up UNIT start|restart; a switched venv is given --ready-timeout, or rolled back
+    RESTARTED+=("$1")
+    if [ -n "$PREVIOUS" ]; then
+        restart_within "$1" || rollback "$(why_down "$1")"
+    else
+        systemctl "$2" "$1" || die "$1 did not $2: journalctl -u $1 -n 50"
+    fi
+}
 if [ ! -d /run/systemd/system ]; then
     note "systemd is not running here (a chroot or an image): enabled, starts at boot"
 else
@@ -672,35 +777,47 @@ else
         note "not started: no models yet"
     elif systemctl is-active --quiet da3-edge; then
         if [ $((CHANGED_PROGRAM + CHANGED_MODELS + CHANGED_UNIT)) -gt 0 ]; then
-            systemctl restart da3-edge || die "da3-edge did not restart: journalctl -u da3-edge -n 50"
+            up da3-edge restart
             note "restarted"
         else
             note "running; nothing changed"
         fi
     else
-        systemctl start da3-edge || die "da3-edge did not start: journalctl -u da3-edge -n 50"
+        up da3-edge start
         note "started"
     fi
     # serve needs no models: it says what the daemon is doing, or that it is not.
     if [ $START -eq 1 ]; then
-        if systemctl is-active --quiet da3-edge-serve; then
-            if [ $((CHANGED_PROGRAM + CHANGED_UNIT)) -gt 0 ]; then
-                systemctl restart da3-edge-serve || die "da3-edge-serve did not restart: journalctl -u da3-edge-serve -n 50"
-                note "da3-edge-serve restarted"
-            fi
-        else
-            systemctl start da3-edge-serve || die "da3-edge-serve did not start: journalctl -u da3-edge-serve -n 50"
+        if ! systemctl is-active --quiet da3-edge-serve; then
+            up da3-edge-serve start
             note "da3-edge-serve started (http://127.0.0.1:8000/)"
+        elif [ $((CHANGED_PROGRAM + CHANGED_UNIT)) -gt 0 ]; then
+            up da3-edge-serve restart
+            note "da3-edge-serve restarted"
         fi
     fi
     # publish runs only where someone enabled it; a new program or unit restarts it.
     if [ $START -eq 1 ] && systemctl is-active --quiet da3-edge-publish \
         && [ $((CHANGED_PROGRAM + CHANGED_UNIT)) -gt 0 ]; then
-        systemctl restart da3-edge-publish || die "da3-edge-publish did not restart: journalctl -u da3-edge-publish -n 50"
+        up da3-edge-publish restart
         note "da3-edge-publish restarted"
     fi
     systemctl --no-pager --lines=0 status da3-edge da3-edge-serve | sed 's/^/    /' || true
 fi
+
+# The switch stands: the venv before it stays (venv-before); any other venv (older, or
+# one cut short) goes.
+if [ -n "$PREVIOUS" ]; then
+    ln -sfn "venvs/$(basename "$PREVIOUS")" "$OPT/.venv-link"
+    mv -T "$OPT/.venv-link" "$VENV_BEFORE"
+    note "the one before kept: $VENV_BEFORE -> venvs/$(basename "$PREVIOUS")"
+fi
+for old in "$VENVS"/*; do
+    [ -e "$old" ] || continue
+    [ "$old" = "$(readlink -f "$VENV")" ] || [ "$old" = "$(readlink -f "$VENV_BEFORE")" ] && continue
+    rm -rf "$old"
+    note "removed $old (neither in service nor the one before)"
+done
 
 echo "==> done: frames appear in /run/da3-edge while the service runs."
 echo "    Check: systemctl status da3-edge; $VENV/bin/da3-edge doctor"

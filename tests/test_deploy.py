@@ -72,6 +72,7 @@ def test_installer_help_lists_every_flag_it_parses() -> None:
         "--serve-users",
         "--require-executorch",
         "--no-start",
+        "--ready-timeout",
         "--uninstall",
         "--purge",
     }
@@ -93,6 +94,9 @@ def test_installer_help_lists_every_flag_it_parses() -> None:
         (["--purge"], "--purge goes with --uninstall"),
         (["--uninstall", "--models", "m"], "--uninstall takes only --purge"),
         (["--uninstall", "--no-start"], "--uninstall takes only --purge"),
+        (["--ready-timeout", "0"], "--ready-timeout must be a number of seconds above 0"),
+        (["--ready-timeout=soon"], "--ready-timeout must be a number of seconds above 0"),
+        (["--ready-timeout"], "--ready-timeout needs seconds"),
     ],
 )
 def test_installer_usage_errors_exit_2_with_one_line(args: list[str], message: str) -> None:

@@ -74,8 +74,9 @@ from edge import deploy
 from edge.card import INSTALLED
 from edge.pipeline import Pipeline, PipelineSpec
 from edge.stats import nearest_rank
+from edge.version import version
 
-from .support import ROOT, fat, vm
+from .support import ROOT, fat, vm, wheels
 from .support.httpfile import Server
 from .support.models import VM_PACK_SHAPES, VM_SHAPE, build_vm_models, build_vm_pack_models
 from .support.tools import free_port, run_cli, tool_install
@@ -95,6 +96,9 @@ FRAME_WAIT_S = 1500  # start-up (the model loaded, emulated), then frames of the
 UP_WAIT_S = 600  # boot 2: the unit active (READY=1 once the model is loaded)
 PROBE_WAIT_S = 300  # boot 1: the host's requests through the forwarded port
 DAEMON_FRAMES, DAEMON_WAIT_S = 1, 1500  # boot 2: the picamera2 daemon's frames
+# Boot 2's updates: each unit's bound on coming up after a switch (the model loaded,
+# emulated), and the time the three installs take under TCG.
+READY_S, UPDATE_S = 600, 2400
 
 # What Raspberry Pi Imager writes for a trixie card (a hostname, one user with an SSH
 # key and no password, SSH key-only, a time zone, its `rpi:` settings and its own
@@ -222,18 +226,19 @@ FIRMWARE = {
 META_DATA = f"instance-id: {INSTANCE}\n"
 
 
-def job(boot: int, small: tuple[int, int], auth: str) -> str:
+def job(boot: int, small: tuple[int, int], auth: str, wheels: dict[str, str]) -> str:
     """run.sh for a boot: vm_guest/check.sh (boot 1 waits for the fake camera's first
     frames, boot 2 for the unit to be up); then at boot 1 the owner's side (owner.sh),
-    at boot 2 the camera's parts."""
+    at boot 2 the updates from ``wheels`` (update.sh: NEXT, BROKEN, FIRST -> a name in
+    /job/wheels), then the camera's parts."""
     sizes = " ".join(str(max(shape)) for shape in VM_PACK_SHAPES)
     settings = vm.variables(
         BOOT=boot, INSTALL_S=INSTALL_S, FRAMES=FRAMES, FRAME_WAIT_S=FRAME_WAIT_S,
         UP_WAIT_S=UP_WAIT_S, VM_USER=USER, W=W, H=H, SMALL=f"{small[0]}x{small[1]}",
         DAEMON_FRAMES=DAEMON_FRAMES, DAEMON_WAIT_S=DAEMON_WAIT_S, PROBE_WAIT_S=PROBE_WAIT_S,
-        SIZES=sizes, SERVE_AUTH=auth,
+        SIZES=sizes, SERVE_AUTH=auth, READY_S=READY_S, **wheels,
     )  # fmt: skip
-    after = ["owner.sh"] if boot == 1 else ["camera-job.sh", "camera-parts.sh"]
+    after = ["owner.sh"] if boot == 1 else ["update.sh", "camera-job.sh", "camera-parts.sh"]
     parts = ["check.sh", *after]
     return settings + "".join(vm.guest(part) for part in parts)
 
@@ -261,7 +266,9 @@ def small_stream(models: Path) -> tuple[int, int]:
     return small
 
 
-def card(path: Path, url: str, sha: str, pack_port: int, work: Path) -> tuple[Path, str]:
+def card(
+    path: Path, url: str, sha: str, pack_port: int, work: Path, wheel: Path
+) -> tuple[Path, str]:
     """Imager's boot partition, then ``da3-edge card --view lan --models URL`` on it
     (mounted with fusefat); the image, and the password ``card`` printed."""
     files = {
@@ -274,7 +281,7 @@ def card(path: Path, url: str, sha: str, pack_port: int, work: Path) -> tuple[Pa
     config = work / "da3-edge.toml"
     config.write_text(CARD_CONFIG)
     # As an owner readies it: da3-edge installed with `uv tool install`, run outside the checkout.
-    python = tool_install(deploy.build_wheel(ROOT, work), work / "tool")
+    python = tool_install(wheel, work / "tool")
     with fat.mounted(image) as boot:
         proc = run_cli(["card", str(boot), "--models", url, "--sha256", sha,
                         "--view", "lan", "--config", str(config)], python=python, cwd=work)  # fmt: skip
@@ -339,18 +346,48 @@ def boots(vm_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[vm.
     server = Server(packs / "models.tar.gz")  # the pack on the host's loopback
     try:
         pack_port = server.httpd.server_address[1]
-        seed, password = card(work / "bootfs.img", server.url, sha, pack_port, work)
-        return boot_twice(seed, password, vm_models, work)
+        first = deploy.build_wheel(ROOT, work / "first")
+        seed, password = card(work / "bootfs.img", server.url, sha, pack_port, work, first)
+        return boot_twice(seed, password, vm_models, work, update_wheels(first, work))
     finally:
         server.close()
 
 
-def boot_twice(seed: Path, password: str, vm_models: Path, work: Path) -> list[vm.Result]:
+# The broken build: its daemon exits where it would say READY, after every check the
+# installer runs before the switch.
+BROKEN_DAEMON = (
+    "edge/daemon/service.py",
+    (
+        'self.notifier.ready(self.status_text())\n            log.info("running: store',
+        'log.error("this build cannot start (made so by tests/test_vm.py)")\n'
+        '            raise SystemExit(3)\n            log.info("running: store',
+    ),
+)
+
+
+def update_wheels(first: Path, work: Path) -> dict[str, Path]:
+    """Boot 2's wheels: the card's (FIRST), the next version (NEXT) and the one after it
+    whose daemon cannot start (BROKEN)."""
+    major, minor, patch = (int(p) for p in version().split(".")[:3])
+    return {
+        "FIRST": first,
+        "NEXT": wheels.variant(work / "next", f"{major}.{minor}.{patch + 1}"),
+        "BROKEN": wheels.variant(
+            work / "broken", f"{major}.{minor}.{patch + 2}", dict([BROKEN_DAEMON])
+        ),
+    }
+
+
+def boot_twice(
+    seed: Path, password: str, vm_models: Path, work: Path, updates: dict[str, Path]
+) -> list[vm.Result]:
     disk = vm.overlay(work / "disk.qcow2")
     buf = io.BytesIO()
     photo().save(buf, "JPEG", quality=95)
     small = small_stream(vm_models)
     camera_files = vm.camera_job(buf.getvalue(), W, H, vm_models)
+    camera_files.update({f"wheels/{p.name}": p.read_bytes() for p in updates.values()})
+    names = {key: p.name for key, p in updates.items()}
     results = []
     serve_port = free_port()
     auth = f"{card_mod.LAN_USER}:{password}"
@@ -358,7 +395,7 @@ def boot_twice(seed: Path, password: str, vm_models: Path, work: Path) -> list[v
     # on at the next boot (boot 1).
     (work / "boot1").mkdir()
     cut = vm.run(
-        job(1, small, auth), timeout=INSTALL_S, memory_mib=2048, job=work / "boot1-before-runcmd",
+        job(1, small, auth, names), timeout=INSTALL_S, memory_mib=2048, job=work / "boot1-before-runcmd",
         disk=disk, drives=(seed,), network=True, cloud_init=True, ends_at=REBOOTING,
     )  # fmt: skip
     assert cut.rc == -1, f"no reboot in the first boot:\n{cut.out}{cut.console[-3000:]}"
@@ -370,11 +407,11 @@ def boot_twice(seed: Path, password: str, vm_models: Path, work: Path) -> list[v
             threading.Thread(target=probe_when_asked, args=args, daemon=True).start()
         try:
             result = vm.run(
-                job(n, small, auth),
+                job(n, small, auth, names),
                 camera_files if n == 2 else None,
                 timeout=INSTALL_S + FRAME_WAIT_S * 2 + PROBE_WAIT_S + 300
                 if n == 1
-                else UP_WAIT_S + DAEMON_WAIT_S + 600,
+                else UP_WAIT_S + UPDATE_S + DAEMON_WAIT_S + 600,
                 memory_mib=2048,
                 job=work / f"boot{n}",
                 shares=vm.camera_shares() if n == 2 else None,
@@ -607,6 +644,65 @@ def test_second_boot_changes_nothing(boots: list[vm.Result]) -> None:
     )
     assert text(second, "active.txt").split() == ["active", "active"], text(second, "journal.txt")
     assert rc(second, "doctor") == 0, text(second, "doctor.txt")
+
+
+def update_state(result: vm.Result, name: str) -> dict[str, str]:
+    """What update.sh saw after ``update NAME``: the links, the venvs, the version, the
+    units' states."""
+    lines = text(result, f"update-{name}.state").splitlines()
+    state = dict(line.split(" -> ", 1) for line in lines if " -> " in line)
+    state["venvs"] = next((ln for ln in lines if ln.startswith("venvs: ")), "")
+    state["version"] = next((ln for ln in lines if ln.startswith("da3-edge ")), "")
+    state["active"] = " ".join(ln for ln in lines if ln in ("active", "inactive", "failed"))
+    return state
+
+
+def test_update_keeps_config_and_models_and_rolls_back_a_daemon_that_cannot_start(
+    boots: list[vm.Result],
+) -> None:
+    """Boot 2, as the Imager user over SSH would: ``sudo da3-edge update NEXT`` installs
+    the next version beside the card's, switches, restarts; /etc/da3-edge (config,
+    credentials) and the models keep their SHA-256; frames come from it. Then a build
+    whose daemon exits before READY is rolled back in one step with one line saying
+    why, the next version running again. An older wheel and a wrong hash: refused in
+    one line, nothing changed."""
+    second = boots[1]
+    major, minor, patch = (int(p) for p in version().split(".")[:3])
+    nxt, broken = f"{major}.{minor}.{patch + 1}", f"{major}.{minor}.{patch + 2}"
+    out = text(second, "update-start.txt")
+    print(out[-3000:])
+    assert rc(second, "update-start") == 0, out
+    after = update_state(second, "start")
+    print(after)
+    assert after["version"] == f"da3-edge {nxt}" and after["active"] == "active active", after
+    assert after["venv-before"] != after["venv"] and len(after["venvs"].split()) == 3, after
+    assert text(second, "update-kept-after.txt") == text(second, "update-kept-before.txt")
+    assert "serve-users" in text(second, "update-kept-after.txt")
+    frames = text(second, "update-frames.txt")
+    print(frames)
+    assert not frames.startswith("newer frames: 0,"), frames
+    out = text(second, "update-broken.txt")
+    print(out[-3000:])
+    assert rc(second, "update-broken") == 1, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(
+        f"install-pi.sh: error: rolled back to {after['venv'].split('/')[-1]}: "
+        f"the new da3-edge did not come up within {READY_S} s (da3-edge: "
+    ), last
+    assert "(exit status 3): " in last, last
+    assert "this build cannot start (made so by tests/test_vm.py)" in last, last
+    assert f"da3-edge update: {nxt} -> {broken}" in out
+    rolled = update_state(second, "broken")
+    assert rolled == after, (rolled, after)
+    for name, why in {
+        "older": f"is older than the installed {nxt}: nothing changed (--allow-downgrade",
+        "wronghash": "expected 0000000000000000000000000000000000000000000000000000000000000000",
+    }.items():
+        out = text(second, f"update-{name}.txt")
+        print(out)
+        assert rc(second, f"update-{name}") == 1 and len(out.strip().splitlines()) == 1, out
+        assert why in out, out
+        assert update_state(second, name) == after
 
 
 def test_picamera2_source_without_a_camera(boots: list[vm.Result]) -> None:

@@ -22,7 +22,7 @@ die() { echo "$PROG: error: $*" >&2; exit 1; }
 
 # ------------------------------------------------------------------ inside the namespace
 if [ "${1:-}" = --inner ]; then
-    : "${WORK:?}" "${ROOT:?}" "${SNAP:?}" "${WHEEL:?}" "${URL_SHA:?}" "${SAME_SHA:?}"
+    : "${WORK:?}" "${ROOT:?}" "${SNAP:?}" "${WHEEL:?}" "${URL_SHA:?}" "${SAME_SHA:?}" "${NEXT:?}" "${NEXT_VERSION:?}"
     mount -t proc proc "$ROOT/proc"
     if [ "$(uname -m)" != aarch64 ]; then
         # qemu 7.2 shows the guest the host's x86 /proc/cpuinfo, and LiteRT's cpuinfo then
@@ -318,7 +318,11 @@ PY
     install_run run6c --from "/mnt/dist/$WHEEL" || bad "after a cut-short install: exit non-zero"
     configured() { grep -q "dpkg was interrupted: dpkg --configure -a" "$WORK/run6c.out" && [ -z "$(in_root dpkg --audit)" ]; }
     check "a package dpkg left unpacked: configured first ($(in_root dpkg-query -W -f='${Status}' hello))" configured
-    check "a venv cut short (no pip): made again" grep -q "created with --system-site-packages" "$WORK/run6c.out"
+    remade() {
+        grep -q "created /opt/da3-edge/venvs/.* with --system-site-packages" "$WORK/run6c.out" \
+            && grep -q "removed /opt/da3-edge/venvs/.* (neither in service nor the one before)" "$WORK/run6c.out"
+    }
+    check "a venv cut short (no pip): a new one made beside it, and it removed" remade
     in_root dpkg --purge hello >/dev/null
 
     # 6. The ExecuTorch runner cannot be built (here: a compiler that fails): the install
@@ -347,6 +351,31 @@ PY
     install_run run9 --from "/mnt/dist/$WHEEL" --models /mnt/models || bad "the runner built again: exit non-zero"
     check "the runner built again by the next install" test -f "$ROOT$et_dir/runner.so" \
         -a ! -e "$ROOT$et_dir.failed"
+
+    # 6d. A new version beside the one in service: a venv of its own, the link switched,
+    # the one before kept as venv-before; config and models untouched. Back to the first
+    # wheel: a third venv, and the oldest goes (two kept).
+    venv_now() { readlink "$ROOT/opt/da3-edge/venv"; }
+    kept() { (cd "$ROOT/etc/da3-edge" && sha256sum da3-edge.toml; cd "$ROOT/opt/da3-edge/models" && sha256sum ./*); }
+    first=$(venv_now)
+    kept >"$WORK/kept.before"
+    install_run run10 --from "/mnt/dist/next/$NEXT" || bad "the next version: exit non-zero"
+    check "the next version in a venv of its own: venv -> $(venv_now), venv-before -> $first" \
+        test "$(venv_now)" != "$first" -a "$(readlink "$ROOT/opt/da3-edge/venv-before")" = "$first"
+    version=$(in_root /opt/da3-edge/venv/bin/da3-edge --version 2>&1 || true)
+    check "the venv in service runs it: '$version'" test "$version" = "da3-edge $NEXT_VERSION"
+    carried() {
+        grep -q "uv .* copied from /opt/da3-edge/venvs/" "$WORK/run10.out" \
+            && grep -q "unchanged: /opt/da3-edge/venvs/.*/share/da3-edge/executorch-" "$WORK/run10.out"
+    }
+    check "its uv and ExecuTorch runner carried over from the venv in service (not fetched or built)" carried
+    kept >"$WORK/kept.after"
+    check "config and models unchanged (SHA-256)" cmp -s "$WORK/kept.before" "$WORK/kept.after"
+    second=$(venv_now)
+    install_run run11 --from "/mnt/dist/$WHEEL" || bad "back to the first wheel: exit non-zero"
+    check "back to the first wheel: a third venv, two kept: $(ls "$ROOT/opt/da3-edge/venvs" | tr '\n' ' ')" \
+        test "$(ls "$ROOT/opt/da3-edge/venvs" | wc -l)" = 2 -a ! -e "$ROOT/opt/da3-edge/$first" \
+        -a "$(readlink "$ROOT/opt/da3-edge/venv-before")" = "$second"
 
     # 7. The numpy question (docs/how-to/raspberry-pi.md): an apt-built numpy extension
     # (python3-pywt: Cython against Debian's numpy, as picamera2's simplejpeg is) must
@@ -450,6 +479,14 @@ else
 fi
 UV_PYTHON_DOWNLOADS=never uv build --quiet --wheel --out-dir "$WORK/dist" "$SNAP"
 WHEEL=$(cd "$WORK/dist" && ls da3_edge-*.whl)
+# The next version: the same tree with its version bumped (an update's wheel).
+cp -a "$SNAP" "$WORK/src-next"
+NEXT_VERSION=$(python3 -c 'import re, sys
+v = re.search(r"^version = \"(\d+)\.(\d+)\.(\d+)\"$", open(sys.argv[1]).read(), re.M).groups()
+print(f"{v[0]}.{v[1]}.{int(v[2]) + 1}")' "$SNAP/pyproject.toml")
+sed -i "s/^version = \".*\"$/version = \"$NEXT_VERSION\"/" "$WORK/src-next/pyproject.toml"
+UV_PYTHON_DOWNLOADS=never uv build --quiet --wheel --out-dir "$WORK/dist/next" "$WORK/src-next"
+NEXT=$(cd "$WORK/dist/next" && ls da3_edge-*.whl)
 [ "$(uname -m)" = aarch64 ] || [ -f "$SNAP/scripts/arm/cpuinfo-pi5.txt" ] \
     || die "scripts/arm/cpuinfo-pi5.txt missing (the Pi 5 /proc/cpuinfo shown under qemu)"
 echo "wheel: $WHEEL (uv build on the host)"
@@ -501,7 +538,7 @@ echo "rootfs: $ROOTFS_TAR -> $ROOT ($(. "$ROOT/etc/os-release" && echo "$PRETTY_
 
 set +e
 WORK=$WORK ROOT=$ROOT SNAP=$SNAP WHEEL=$WHEEL URL_SHA=$URL_SHA SAME_SHA=$SAME_SHA \
-    unshare --mount --pid --fork --propagation private -- bash "$0" --inner
+    NEXT=$NEXT NEXT_VERSION=$NEXT_VERSION unshare --mount --pid --fork --propagation private -- bash "$0" --inner
 rc=$?
 set -e
 echo "installer-check: $([ $rc = 0 ] && echo passed || echo FAILED) in $((SECONDS - start)) s (emulated arm64)"

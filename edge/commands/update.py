@@ -1,0 +1,154 @@
+"""``da3-edge update``: a Pi installs a new da3-edge beside the running one, from the Pi.
+
+What refuses an update is checked here, before anything changes: root, the wheel's
+SHA-256, its Python tags and Requires-Python, its version (no downgrade unless asked).
+The work is the new wheel's own installer (``edge/data/deploy/scripts/install-pi.sh``
+in it): a venv of its own beside the running one, the start-up checks with it, then
+the switch and the units restarted; the old venv and units are back in one step when
+the daemon does not reach READY in time. The config, credentials, models and store
+stay. See docs/how-to/raspberry-pi.md (Later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from edge.errors import DeployError
+
+# How long the daemon has to say READY after the switch; a Pi 5 takes seconds.
+READY_TIMEOUT_S = 180
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="da3-edge update",
+        description="Install another da3-edge wheel on this machine, as root: beside the "
+        "running version, checked with the installed config and models before the switch; "
+        "the units are restarted, and the running version comes back in one step when the "
+        "daemon does not reach READY in time. /etc/da3-edge, the models and the store stay.",
+    )
+    p.add_argument("wheel", metavar="WHEEL|URL", help="the da3_edge-*.whl file, or its URL")
+    p.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="the wheel's SHA-256 (needed with a URL; checked when given with a file)",
+    )
+    p.add_argument(
+        "--models",
+        metavar="DIR|URL",
+        help="also replace the models: a model directory, or a pack's URL (`da3-edge models "
+        "pack`) with --models-sha256",
+    )
+    p.add_argument("--models-sha256", metavar="HEX", help="with --models URL: the pack's SHA-256")
+    p.add_argument(
+        "--allow-downgrade", action="store_true", help="install an older version than this one"
+    )
+    p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=READY_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds the daemon has to reach READY after the switch (default: {READY_TIMEOUT_S})",
+    )
+    return p
+
+
+def _hex(value: str, flag: str) -> str:
+    text = value.strip().lower()
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise DeployError(f"{flag} must be 64 hex digits")
+    return text
+
+
+def _fetch(ns: argparse.Namespace, into: Path) -> Path:
+    """The wheel, copied (or downloaded) into root's own folder and its SHA-256 checked
+    there: what is installed is what was checked, whoever can write where it came from."""
+    from edge import packs
+
+    want = _hex(ns.sha256, "--sha256") if ns.sha256 else None
+    if "://" in ns.wheel:
+        if want is None:
+            raise DeployError("a wheel's URL needs --sha256 HEX")
+        name = str(ns.wheel).rstrip("/").rsplit("/", 1)[-1].split("?")[0]
+        dest = into / name
+        meter = packs.Meter("wheel: download", lambda s: print(s, file=sys.stderr, flush=True))
+        packs.download(ns.wheel, want, dest, meter)
+        return dest
+    src = Path(str(ns.wheel))
+    if not src.is_file():
+        raise DeployError(f"{src}: no such file")
+    dest = into / src.name
+    shutil.copyfile(src, dest)
+    got = packs.sha256_of(dest)
+    if want is not None and got != want:
+        raise DeployError(f"{src}: SHA-256 {got}, expected {want}: not the wheel asked for")
+    return dest
+
+
+def _check(wheel_path: Path, allow_downgrade: bool) -> str:
+    """The refusals, one line each; the wheel's version when it may go on."""
+    from edge import deploy
+    from edge.version import version
+
+    wheel = deploy.Wheel.read(wheel_path)
+    why = wheel.why_not_here()
+    if why is not None:
+        raise DeployError(f"{wheel_path.name}: {why}: nothing changed")
+    running = version()
+    if deploy.version_key(wheel.version) < deploy.version_key(running) and not allow_downgrade:
+        raise DeployError(
+            f"{wheel_path.name}: version {wheel.version} is older than the installed "
+            f"{running}: nothing changed (--allow-downgrade installs it)"
+        )
+    return wheel.version
+
+
+def _installer_args(ns: argparse.Namespace, wheel: Path) -> list[str]:
+    args = ["--from", str(wheel), "--ready-timeout", f"{ns.ready_timeout:g}"]
+    if ns.models and "://" in ns.models:
+        if not ns.models_sha256:
+            raise DeployError("--models URL needs --models-sha256 HEX")
+        args += [
+            "--models-url",
+            ns.models,
+            "--models-sha256",
+            _hex(ns.models_sha256, "--models-sha256"),
+        ]
+    elif ns.models:
+        if ns.models_sha256:
+            raise DeployError("--models-sha256 goes with --models URL")
+        args += ["--models", str(Path(ns.models).resolve())]
+    elif ns.models_sha256:
+        raise DeployError("--models-sha256 goes with --models URL")
+    return args
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(args)
+    if ns.ready_timeout <= 0:
+        raise DeployError("--ready-timeout must be more than 0 seconds")
+    if os.geteuid() != 0:
+        raise DeployError("run as root: sudo da3-edge update ...")
+    from edge import deploy
+
+    # Root's own folder (0700): the wheel and the installer run from here, not from a
+    # folder another user can write.
+    with tempfile.TemporaryDirectory(prefix="da3-edge-update-") as name:
+        tmp = Path(name)
+        wheel = _fetch(ns, tmp)
+        new = _check(wheel, ns.allow_downgrade)
+        more = _installer_args(ns, wheel)
+        tree = deploy.Wheel.read(wheel).extract_tree(tmp / "deploy")
+        from edge.version import version
+
+        print(f"da3-edge update: {version()} -> {new} ({wheel.name})", flush=True)
+        installer = tree / "scripts" / "install-pi.sh"
+        proc = subprocess.run(["bash", str(installer), *more], check=False)
+    return 0 if proc.returncode == 0 else 1
