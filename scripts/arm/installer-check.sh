@@ -357,15 +357,17 @@ PY
     # wheel: a third venv, and the oldest goes (two kept).
     venv_now() { readlink "$ROOT/opt/da3-edge/venv"; }
     kept() { (cd "$ROOT/etc/da3-edge" && sha256sum da3-edge.toml; cd "$ROOT/opt/da3-edge/models" && sha256sum ./*); }
-    first=$(venv_now)
+    # First as an install made before venvs/ left it: the venv a folder in place.
+    in_root sh -c 'cd /opt/da3-edge && t=$(readlink venv) && rm -f venv venv-before && mv "$t" venv'
     kept >"$WORK/kept.before"
     install_run run10 --from "/mnt/dist/next/$NEXT" || bad "the next version: exit non-zero"
-    check "the next version in a venv of its own: venv -> $(venv_now), venv-before -> $first" \
-        test "$(venv_now)" != "$first" -a "$(readlink "$ROOT/opt/da3-edge/venv-before")" = "$first"
+    first=$(readlink "$ROOT/opt/da3-edge/venv-before")
+    check "the next version in a venv of its own: venv -> $(venv_now), the older install's folder moved to venv-before -> $first" \
+        test -L "$ROOT/opt/da3-edge/venv" -a "${first%-before}" != "$first" -a -x "$ROOT/opt/da3-edge/$first/bin/python"
     version=$(in_root /opt/da3-edge/venv/bin/da3-edge --version 2>&1 || true)
     check "the venv in service runs it: '$version'" test "$version" = "da3-edge $NEXT_VERSION"
     carried() {
-        grep -q "uv .* copied from /opt/da3-edge/venvs/" "$WORK/run10.out" \
+        grep -q "uv .* copied from /opt/da3-edge/venv" "$WORK/run10.out" \
             && grep -q "unchanged: /opt/da3-edge/venvs/.*/share/da3-edge/executorch-" "$WORK/run10.out"
     }
     check "its uv and ExecuTorch runner carried over from the venv in service (not fetched or built)" carried
