@@ -4,12 +4,13 @@
 # a second run with the same inputs changes nothing and downloads nothing.
 #
 # What it does, in order (docs/how-to/raspberry-pi.md explains each step):
-#   apt packages, models (fetched and checked first), the da3-edge user, the venv in
-#   /opt/da3-edge/venv (uv from PyPI, the runtime set pinned with hashes in
-#   requirements/), the models in /opt/da3-edge/models, the config in
+#   apt packages, models (fetched and checked first), the da3-edge user, a venv of the
+#   program's own in /opt/da3-edge/venvs (uv from PyPI, the runtime set pinned with
+#   hashes in requirements/), the models in /opt/da3-edge/models, the config in
 #   /etc/da3-edge/da3-edge.toml (created once; only --config replaces it), systemd/ in
-#   /opt/da3-edge/ (the units' Documentation=), the units: the daemon and serve on 127.0.0.1:8000 (enabled; started
-#   when systemd runs). --uninstall takes it all away again (--purge: data and user too).
+#   /opt/da3-edge/ (the units' Documentation=), the switch of the link /opt/da3-edge/venv,
+#   the units: the daemon and serve on 127.0.0.1:8000 (enabled; started when systemd
+#   runs; rolled back when they do not come up). --uninstall takes it all away again (--purge: data and user too).
 set -Eeuo pipefail
 
 PROG=install-pi.sh
@@ -429,6 +430,10 @@ with_uv() {  # the pinned uv in venv $1: the service's copy (hash-checked when i
         note "installed $("$1/bin/uv" --version) in $1 from PyPI (hash-checked)"
     fi
 }
+point() {  # point LINK VENV: the link names that venv, replaced in one rename
+    ln -sfn "venvs/$(basename "$2")" "$OPT/.venv-link"
+    mv -T "$OPT/.venv-link" "$1"
+}
 make_venv() {  # NEW: a fresh venv in $VENVS, with the pinned uv
     NEW=$VENVS/$(date -u +%Y%m%dT%H%M%SZ)-$$
     mkdir -p "$VENVS"
@@ -723,8 +728,7 @@ else
         mv -T "$VENV" "$CUR"
     fi
     [ -L "$VENV" ] || rm -rf "$VENV"  # one cut short: nothing to go back to
-    ln -sfn "venvs/$(basename "$NEW")" "$OPT/.venv-link"
-    mv -T "$OPT/.venv-link" "$VENV"
+    point "$VENV" "$NEW"
     PREVIOUS=$CUR
     note "$VENV -> venvs/$(basename "$NEW")${PREVIOUS:+ (before: $(basename "$PREVIOUS"))}"
 fi
@@ -747,8 +751,7 @@ why_down() {  # how a unit's last start ended, and what its program said of it s
 }
 RESTARTED=()
 rollback() {  # the venv and units this run replaced back in service, then the line why
-    ln -sfn "venvs/$(basename "$PREVIOUS")" "$OPT/.venv-link"
-    mv -T "$OPT/.venv-link" "$VENV"
+    point "$VENV" "$PREVIOUS"
     for unit in "${UNITS[@]}"; do
         [ ! -f "$TMP/units-before/$unit.service" ] \
             || install -m 0644 "$TMP/units-before/$unit.service" "$UNIT_DIR/$unit.service"
@@ -808,8 +811,7 @@ fi
 # The switch stands: the venv before it stays (venv-before); any other venv (older, or
 # one cut short) goes.
 if [ -n "$PREVIOUS" ]; then
-    ln -sfn "venvs/$(basename "$PREVIOUS")" "$OPT/.venv-link"
-    mv -T "$OPT/.venv-link" "$VENV_BEFORE"
+    point "$VENV_BEFORE" "$PREVIOUS"
     note "the one before kept: $VENV_BEFORE -> venvs/$(basename "$PREVIOUS")"
 fi
 for old in "$VENVS"/*; do

@@ -365,16 +365,19 @@ BROKEN_DAEMON = (
 )
 
 
+def bumped(by: int) -> str:
+    """This version with its last number raised by ``by``: the updates' versions."""
+    major, minor, patch = (int(p) for p in version().split(".")[:3])
+    return f"{major}.{minor}.{patch + by}"
+
+
 def update_wheels(first: Path, work: Path) -> dict[str, Path]:
     """Boot 2's wheels: the card's (FIRST), the next version (NEXT) and the one after it
     whose daemon cannot start (BROKEN)."""
-    major, minor, patch = (int(p) for p in version().split(".")[:3])
     return {
         "FIRST": first,
-        "NEXT": wheels.variant(work / "next", f"{major}.{minor}.{patch + 1}"),
-        "BROKEN": wheels.variant(
-            work / "broken", f"{major}.{minor}.{patch + 2}", dict([BROKEN_DAEMON])
-        ),
+        "NEXT": wheels.variant(work / "next", bumped(1)),
+        "BROKEN": wheels.variant(work / "broken", bumped(2), dict([BROKEN_DAEMON])),
     }
 
 
@@ -667,8 +670,7 @@ def test_update_keeps_config_and_models_and_rolls_back_a_daemon_that_cannot_star
     why, the next version running again. An older wheel and a wrong hash: refused in
     one line, nothing changed."""
     second = boots[1]
-    major, minor, patch = (int(p) for p in version().split(".")[:3])
-    nxt, broken = f"{major}.{minor}.{patch + 1}", f"{major}.{minor}.{patch + 2}"
+    nxt, broken = bumped(1), bumped(2)
     out = text(second, "update-start.txt")
     print(out[-3000:])
     assert rc(second, "update-start") == 0, out

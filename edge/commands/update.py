@@ -20,7 +20,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from edge import deploy
 from edge.errors import DeployError
+from edge.version import version
 
 # How long the daemon has to say READY after the switch; a Pi 5 takes seconds.
 READY_TIMEOUT_S = 180
@@ -86,47 +88,37 @@ def _fetch(ns: argparse.Namespace, into: Path) -> Path:
         raise DeployError(f"{src}: no such file")
     dest = into / src.name
     shutil.copyfile(src, dest)
-    got = packs.sha256_of(dest)
-    if want is not None and got != want:
+    if want is not None and (got := packs.sha256_of(dest)) != want:
         raise DeployError(f"{src}: SHA-256 {got}, expected {want}: not the wheel asked for")
     return dest
 
 
-def _check(wheel_path: Path, allow_downgrade: bool) -> str:
-    """The refusals, one line each; the wheel's version when it may go on."""
-    from edge import deploy
-    from edge.version import version
-
+def _check(wheel_path: Path, running: str, allow_downgrade: bool) -> deploy.Wheel:
+    """The refusals, one line each; the wheel when it may go on."""
     wheel = deploy.Wheel.read(wheel_path)
     why = wheel.why_not_here()
     if why is not None:
         raise DeployError(f"{wheel_path.name}: {why}: nothing changed")
-    running = version()
     if deploy.version_key(wheel.version) < deploy.version_key(running) and not allow_downgrade:
         raise DeployError(
             f"{wheel_path.name}: version {wheel.version} is older than the installed "
             f"{running}: nothing changed (--allow-downgrade installs it)"
         )
-    return wheel.version
+    return wheel
 
 
 def _installer_args(ns: argparse.Namespace, wheel: Path) -> list[str]:
     args = ["--from", str(wheel), "--ready-timeout", f"{ns.ready_timeout:g}"]
-    if ns.models and "://" in ns.models:
+    url = bool(ns.models) and "://" in ns.models
+    if ns.models_sha256 and not url:
+        raise DeployError("--models-sha256 goes with --models URL")
+    if url:
         if not ns.models_sha256:
             raise DeployError("--models URL needs --models-sha256 HEX")
-        args += [
-            "--models-url",
-            ns.models,
-            "--models-sha256",
-            _hex(ns.models_sha256, "--models-sha256"),
-        ]
+        sha = _hex(ns.models_sha256, "--models-sha256")
+        args += ["--models-url", ns.models, "--models-sha256", sha]
     elif ns.models:
-        if ns.models_sha256:
-            raise DeployError("--models-sha256 goes with --models URL")
         args += ["--models", str(Path(ns.models).resolve())]
-    elif ns.models_sha256:
-        raise DeployError("--models-sha256 goes with --models URL")
     return args
 
 
@@ -136,19 +128,16 @@ def main(args: Sequence[str] | None = None) -> int:
         raise DeployError("--ready-timeout must be more than 0 seconds")
     if os.geteuid() != 0:
         raise DeployError("run as root: sudo da3-edge update ...")
-    from edge import deploy
-
     # Root's own folder (0700): the wheel and the installer run from here, not from a
     # folder another user can write.
     with tempfile.TemporaryDirectory(prefix="da3-edge-update-") as name:
         tmp = Path(name)
-        wheel = _fetch(ns, tmp)
-        new = _check(wheel, ns.allow_downgrade)
-        more = _installer_args(ns, wheel)
-        tree = deploy.Wheel.read(wheel).extract_tree(tmp / "deploy")
-        from edge.version import version
-
-        print(f"da3-edge update: {version()} -> {new} ({wheel.name})", flush=True)
+        path = _fetch(ns, tmp)
+        running = version()
+        wheel = _check(path, running, ns.allow_downgrade)
+        more = _installer_args(ns, path)
+        tree = wheel.extract_tree(tmp / "deploy")
+        print(f"da3-edge update: {running} -> {wheel.version} ({path.name})", flush=True)
         installer = tree / "scripts" / "install-pi.sh"
         proc = subprocess.run(["bash", str(installer), *more], check=False)
     return 0 if proc.returncode == 0 else 1
