@@ -4,7 +4,7 @@
 # x86_64 tests. Correctness only: emulation is ~100x slower and its timings mean
 # nothing, so none are reported.
 #
-#   scripts/arm-lane.sh            # everything (CI runs this after scripts/check):
+#   scripts/arm-lane.sh            # everything (CI: scripts/check --then, beside the VM):
 #                                  # prepare, then installer beside tests, snap, kernels
 #   scripts/arm-lane.sh tests      # one step: prepare, tests, snap, kernels, installer
 #
