@@ -184,7 +184,18 @@ fi
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
 # /run is root's alone (/run/lock is writable by every user): nobody else can plant the lock.
 exec 9>/run/da3-edge-install.lock
-flock -n 9 || die "another $PROG is running"
+lock_holders() {  # "pid N: command, ..." of the processes other than this one with file $1 open
+    local fd pid out=""
+    for fd in /proc/[0-9]*/fd/*; do
+        [ "$(readlink "$fd" 2>/dev/null)" = "$1" ] || continue
+        pid=${fd#/proc/}
+        pid=${pid%%/*}
+        [ "$pid" != $$ ] || continue
+        out+="${out:+, }pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+    done
+    printf '%s' "$out"
+}
+flock -n 9 || die "another $PROG is running ($(lock_holders /run/da3-edge-install.lock 9>&-))"
 
 # ---------------------------------------------------------------------------- uninstall
 if [ $UNINSTALL -eq 1 ]; then
@@ -434,11 +445,36 @@ point() {  # point LINK VENV: the link names that venv, replaced in one rename
     ln -sfn "venvs/$(basename "$2")" "$OPT/.venv-link"
     mv -T "$OPT/.venv-link" "$1"
 }
+seed() {  # NEW starts as hard links of CUR's packages: uv installs and compiles what differs
+    local rel first f
+    rel=$("$NEW/bin/python" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib")[len(sys.prefix) + 1:])')
+    [ -d "$CUR/$rel" ] || return 0
+    # Every file is replaced, never written in place (uv unlinks before it installs; the
+    # byte-compiler renames its output over), so what NEW changes leaves CUR as it was.
+    if ! cp -al "$CUR/$rel" "$NEW/$rel.seed" 2>"$TMP/seed.err"; then
+        rm -rf "$NEW/$rel.seed"
+        note "packages not linked from $CUR ($(head -n 1 "$TMP/seed.err")): all installed anew"
+        return 0
+    fi
+    rm -rf "${NEW:?}/$rel"
+    mv -T "$NEW/$rel.seed" "$NEW/$rel"
+    # The packages' commands name their venv's python (CUR's, or where CUR was made):
+    # written again for NEW's.
+    for f in "$CUR"/bin/*; do
+        [ -f "$f" ] && [ ! -L "$f" ] && [ ! -e "$NEW/bin/${f##*/}" ] || continue
+        IFS= read -r first <"$f" || continue
+        case $first in "#!/"*/bin/python | "#!/"*/bin/python3) ;; *) continue ;; esac
+        { echo "#!$NEW/bin/python"; tail -n +2 "$f"; } >"$NEW/bin/${f##*/}"
+        chmod 0755 "$NEW/bin/${f##*/}"
+    done
+    note "packages of $CUR linked in (hard links): only what differs is installed and compiled"
+}
 make_venv() {  # NEW: a fresh venv in $VENVS, with the pinned uv
     NEW=$VENVS/$(date -u +%Y%m%dT%H%M%SZ)-$$
     mkdir -p "$VENVS"
     python3 -m venv --system-site-packages "$NEW"
     note "created $NEW with --system-site-packages ($("$NEW/bin/python" --version)): sees apt's picamera2"
+    [ -z "$CUR" ] || seed
     with_uv "$NEW"
 }
 step "venv"

@@ -76,7 +76,20 @@ if [ "${1:-}" = --inner ]; then
         sed 's/^/  | /' "$WORK/$name.out"
         sed 's/^/  ! /' "$WORK/$name.err"
         echo "--- exit $rc after $((SECONDS - start)) s (emulated)"
+        # Whatever the installer started has ended with it: a process left behind holds
+        # its lock (fd 9) and refuses every later install.
+        local left
+        left=$(left_running)
+        [ -z "$left" ] || bad "$name: processes left running in the root: $left"
         return $rc
+    }
+    left_running() {  # the processes whose root is $ROOT: "pid: command line, ..."
+        local p out=""
+        for p in /proc/[0-9]*; do
+            [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOT" ] || continue
+            out+="${out:+, }${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-120)"
+        done
+        printf '%s' "$out"
     }
     # The whole file system but the mounts (scripts/arm/tree_diff.py), to compare before the
     # first install and after the purge.
@@ -374,10 +387,27 @@ PY
     kept >"$WORK/kept.after"
     check "config and models unchanged (SHA-256)" cmp -s "$WORK/kept.before" "$WORK/kept.after"
     second=$(venv_now)
+    venv_files() { (cd "$ROOT/opt/da3-edge/$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+    venv_files "$second" >"$WORK/second.before"
     install_run run11 --from "/mnt/dist/$WHEEL" || bad "back to the first wheel: exit non-zero"
     check "back to the first wheel: a third venv, two kept: $(ls "$ROOT/opt/da3-edge/venvs" | tr '\n' ' ')" \
         test "$(ls "$ROOT/opt/da3-edge/venvs" | wc -l)" = 2 -a ! -e "$ROOT/opt/da3-edge/$first" \
         -a "$(readlink "$ROOT/opt/da3-edge/venv-before")" = "$second"
+    # The new venv starts as hard links of the one in service: only da3-edge installed and
+    # compiled, the one in service unchanged by it, the packages' commands its own.
+    seeded() {  # uv compiled once: da3-edge's files, none of the packages'
+        grep -q "packages of /opt/da3-edge/$second linked in" "$WORK/run11.out" \
+            && [ "$(grep -c '^Bytecode compiled' "$WORK/run11.err")" = 1 ]
+    }
+    check "the third venv's packages linked from the second's ($(grep -o 'Bytecode compiled [0-9]* files' "$WORK/run11.err" | tr '\n' ' '))" seeded
+    venv_files "$second" >"$WORK/second.after"
+    check "the venv it was linked from: every file as it was (SHA-256)" cmp -s "$WORK/second.before" "$WORK/second.after"
+    uvicorn=$(in_root /opt/da3-edge/venv/bin/uvicorn --version 2>&1 || true)
+    own_command() {
+        [ "$(head -n 1 "$ROOT/opt/da3-edge/venv/bin/uvicorn")" = "#!/opt/da3-edge/$(venv_now)/bin/python" ] \
+            && [ "${uvicorn#Running uvicorn}" != "$uvicorn" ]
+    }
+    check "a package's command in it runs on its own python: uvicorn --version: ${uvicorn:0:60}" own_command
 
     # 7. The numpy question (docs/how-to/raspberry-pi.md): an apt-built numpy extension
     # (python3-pywt: Cython against Debian's numpy, as picamera2's simplejpeg is) must
