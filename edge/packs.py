@@ -29,6 +29,8 @@ from pathlib import Path, PurePosixPath
 from edge.errors import EdgeError, OutputError, PackError
 from edge.models import MANIFEST, Manifest
 
+RECORD = ".pack-sha256"  # in a pulled folder: the SHA-256 of the pack it came from
+
 TOP = "models"  # the one folder in a pack
 TIMEOUT_S = 30.0  # a server silent this long (connect, or between two reads) has stopped
 CHUNK = 1 << 20
@@ -173,7 +175,9 @@ def check(folder: Path, label: str) -> Manifest:
         for artifact in manifest.artifacts:
             manifest.verify(artifact, full=True)
         extra = (
-            {p.name for p in folder.iterdir()} - {MANIFEST} - {a.file for a in manifest.artifacts}
+            {p.name for p in folder.iterdir()}
+            - {MANIFEST, RECORD}
+            - {a.file for a in manifest.artifacts}
         )
     except EdgeError as exc:
         raise PackError(f"{label}: its models do not check: {exc}; nothing installed") from None
@@ -182,13 +186,18 @@ def check(folder: Path, label: str) -> Manifest:
     return manifest
 
 
-def pull(url: str, want: str, out: Path, progress: Progress) -> Manifest:
+def pull(url: str, want: str, out: Path, progress: Progress) -> tuple[Manifest, bool]:
     """The pack at ``url`` (SHA-256 ``want``) as the model folder ``out``, replaced only
-    once everything checks. The download is kept beside ``out`` until it is whole."""
+    once everything checks, and whether it was downloaded: not when ``out`` came from
+    that pack and every file still checks. The download is kept beside ``out`` until it
+    is whole."""
     want = want.lower()
     if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
         raise PackError(f"--sha256 {want!r}: not a SHA-256 (64 hex digits)")
     out = out.absolute()
+    if installed_pack(out) == want:
+        with contextlib.suppress(PackError):
+            return check(out, str(out)), False
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -202,7 +211,7 @@ def pull(url: str, want: str, out: Path, progress: Progress) -> Manifest:
     try:
         unpack(partial, new, url)
         check(new, url)
-        (new / ".pack-sha256").write_text(want + "\n")
+        (new / RECORD).write_text(want + "\n")
         if out.exists():
             os.rename(out, old)
         os.rename(new, out)
@@ -213,13 +222,13 @@ def pull(url: str, want: str, out: Path, progress: Progress) -> Manifest:
         raise
     shutil.rmtree(old, ignore_errors=True)
     partial.unlink()
-    return Manifest.load(out)
+    return Manifest.load(out), True
 
 
 def installed_pack(folder: Path) -> str | None:
     """The SHA-256 of the pack ``folder`` came from (``pull``), if it did."""
     with contextlib.suppress(OSError):
-        return (folder / ".pack-sha256").read_text().strip() or None
+        return (folder / RECORD).read_text().strip() or None
     return None
 
 

@@ -186,7 +186,7 @@ def is_arm(features: CpuFeatures) -> bool:
 def kernel_families(features: CpuFeatures | None = None) -> list[str]:
     """The matrix-product kernel families LiteRT's XNNPACK can pick on this CPU, each
     with the precision that reaches it. On the Cortex-A76 the aarch64 lane counts which
-    ran (scripts/arm/kernels.py; docs/arm.md, "Which kernels run"): fp32 in XNNPACK's
+    ran (scripts/support/kernels.py; docs/arm.md, "Which kernels run"): fp32 in XNNPACK's
     NEON GEMMs, fp16 with the fp16 policy in its fp16-arithmetic GEMMs, int8's linear
     layers in KleidiAI's dotprod matmul (dynamically quantised activations x per-channel
     int8 weights). On qemu's `max` CPU the lane shows the rest: with i8mm (Apple M2/M3)

@@ -25,7 +25,7 @@
 #   kernels  which micro-kernels one forward runs on cortex-a76, per precision (fp32,
 #            fp16 with fp16 arithmetic and without, int8) and for the ExecuTorch stages:
 #            scripts/arm/kcount.c (a qemu TCG plugin) counts the blocks that ran,
-#            scripts/arm/kernels.py names them and checks that int8 reaches KleidiAI;
+#            scripts/support/kernels.py names them and checks that int8 reaches KleidiAI;
 #            int8 again on qemu's `max` CPU, with i8mm and with SME (Apple M-series).
 #   installer  scripts/arm/installer-check.sh: scripts/install-pi.sh, twice, in a fresh
 #            copy of the root filesystem.
@@ -153,8 +153,8 @@ prepare() {
         'from edge import etrunner; print(etrunner.default_dir("/usr"))')
     uv run --frozen --no-sync da3-edge install-executorch --platform aarch64 \
         --cxx aarch64-linux-gnu-g++ --dest "$et_dest"
-    # The models both lanes use: exported on the host if not current (tests/support/models.py).
-    uv run --frozen --no-sync python -m tests.support.models small >"$LANE/models-path"
+    # The models both lanes use: exported on the host if not current (scripts/support/models.py).
+    uv run --frozen --no-sync python -m scripts.support.models small >"$LANE/models-path"
     a76 -- python3 -c 'import platform, edge; print("python", platform.python_version(), platform.machine(), "da3-edge", edge.__version__)'
 }
 
@@ -235,14 +235,14 @@ kcount_run() {
     LANE_HOST_LIBS=1 a76 PYTHONPATH="/opt/da3-edge/site:$REPO" -- \
         /usr/local/bin/qemu-aarch64-plugins -cpu "$cpu" \
         -plugin "$out/kcount.so,out=$dir/counts.txt" \
-        /usr/bin/python3 -m scripts.arm.kernels run "$models" "$dir" "$@"
+        /usr/bin/python3 -m scripts.support.kernels run "$models" "$dir" "$@"
 }
 
 # Which micro-kernels a forward runs on the A76, per precision, and the ExecuTorch
 # stages': Bookworm's dynamic qemu-aarch64 (it loads TCG plugins; the static one the
 # lane otherwise uses cannot) with scripts/arm/kcount.c counting every block that ran.
 # Then int8 alone on qemu's `max` CPU with SME off (i8mm, as an Apple M2/M3) and on
-# (SME, as an M4): KleidiAI's families for those (scripts/arm/kernels.py WANTED).
+# (SME, as an M4): KleidiAI's families for those (scripts/support/kernels.py WANTED).
 # KERNELS_MODELS picks the models (default the small test ones), KERNELS_OUT the output,
 # KERNELS_CONFIGS the A76's runs: by default those the check needs (fp32 and fp16 with
 # the fp16 policy off run the same kernels, and fp32 costs the lane most); docs/arm.md's
@@ -259,8 +259,8 @@ run_kernels() {
         set -- $run
         mkdir -p "$out/$1"
         kcount_run "$out" "$2" "$models" "$out/$1" --configs "$3" ${cold:+--cold}
-        uv run --frozen --no-sync python -m scripts.arm.kernels report "$out/$1" --root "$ROOT"
-        uv run --frozen --no-sync python -m scripts.arm.kernels check "$out/$1/report.json" \
+        uv run --frozen --no-sync python -m scripts.support.kernels report "$out/$1" --root "$ROOT"
+        uv run --frozen --no-sync python -m scripts.support.kernels check "$out/$1/report.json" \
             --cpu "$1"
     done
 }
@@ -295,14 +295,14 @@ run_kernel_sizes() {
     for dir in "${dirs[@]}"; do
         [ "$(cat "$dir/rc")" = 0 ] || { cat "$dir/log.txt" >&2; return 1; }
     done
-    uv run --frozen --no-sync python -m scripts.arm.kernels report "${dirs[@]}" --root "$ROOT" \
+    uv run --frozen --no-sync python -m scripts.support.kernels report "${dirs[@]}" --root "$ROOT" \
         --json "$out/report.json" >/dev/null
     echo "kernel-sizes: $out/report.json"
 }
 
 run_rss() {
     local models
-    models=$(uv run --frozen --no-sync python -m tests.support.models full)
+    models=$(uv run --frozen --no-sync python -m scripts.support.models full)
     # qemu's own memory, to read the figures against: a Python that imports numpy and
     # Pillow, natively and emulated.
     local probe='import resource, numpy, PIL.Image; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)'

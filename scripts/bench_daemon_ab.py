@@ -30,9 +30,15 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from edge import bench
 from edge import platform as edge_platform
-from tests.support import ROOT
+from scripts.support import ROOT
+from scripts.support.replay import (
+    counting_config,
+    daemon_summary,
+    replay_daemon,
+    replay_photos,
+    tmpfs_dir,
+)
 
 
 def checkout(rev: str, into: Path) -> str:
@@ -54,11 +60,11 @@ def one_run(
 ) -> dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
     total = args.warmup + args.frames
-    config = bench.counting_config(work / "daemon.toml", total)
-    records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
+    config = counting_config(work / "daemon.toml", total)
+    records = replay_daemon(replay, store, models, config=config, fps=args.fps,
                                   frames=total, code=code)  # fmt: skip
     shutil.rmtree(store, ignore_errors=True)
-    return bench.daemon_summary(records, args.warmup)
+    return daemon_summary(records, args.warmup)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -81,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
 
 def paired_rounds(args: argparse.Namespace, old_code: Path, work: Path) -> list[dict[str, Any]]:
     """``--rounds`` rounds of the old code and this checkout, the order alternating."""
-    replay = bench.replay_photos(work / "replay")
+    replay = replay_photos(work / "replay")
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         order = ("old", "new") if i % 2 == 0 else ("new", "old")
@@ -105,7 +111,7 @@ def main() -> int:
     if args.rounds < 1 or args.frames < 2:
         p.error("--rounds must be >= 1 and --frames >= 2")
     # On a tmpfs, as the daemon's store is under systemd (RuntimeDirectory).
-    work = Path(tempfile.mkdtemp(prefix="da3-daemon-ab-", dir=bench.tmpfs_dir()))
+    work = Path(tempfile.mkdtemp(prefix="da3-daemon-ab-", dir=tmpfs_dir()))
     try:
         old_code = work / "old"
         old_rev = checkout(args.old, old_code)

@@ -26,8 +26,9 @@ from typing import Any
 
 from edge import bench
 from scripts.bench_daemon_ab import one_run
-from scripts.compare_pytorch.measure import core_latency
-from tests.support import ROOT
+from scripts.support import ROOT
+from scripts.support.compare_pytorch.measure import core_latency
+from scripts.support.replay import replay_photos, tmpfs_dir
 
 SIZES = {"full": (1200, 1600), "small": (378, 504)}
 
@@ -50,10 +51,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def replays(work: Path) -> dict[str, Path]:
-    return {
-        name: bench.replay_photos(work / f"replay-{name}", size=size)
-        for name, size in SIZES.items()
-    }
+    return {name: replay_photos(work / f"replay-{name}", size=size) for name, size in SIZES.items()}
 
 
 def paired_rounds(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
@@ -82,7 +80,7 @@ def main() -> int:
     args = p.parse_args()
     if args.rounds < 1 or args.frames < 2:
         p.error("--rounds must be >= 1 and --frames >= 2")
-    work = Path(tempfile.mkdtemp(prefix="da3-daemon-pre-", dir=bench.tmpfs_dir()))
+    work = Path(tempfile.mkdtemp(prefix="da3-daemon-pre-", dir=tmpfs_dir()))
     try:
         rounds = paired_rounds(args, work)
     finally:

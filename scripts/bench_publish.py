@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import ROOT
-from tests.support.broker import Broker
+from scripts.support import ROOT, processes
+from scripts.support.broker import Broker
+from scripts.support.replay import replay_daemon, replay_photos, tmpfs_dir
 
 
 class Delays:
@@ -85,7 +86,6 @@ def publisher(work: Path, store: Path, cfg: Path) -> subprocess.Popen[bytes]:
 def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -> dict[str, Any]:
     """The daemon and ``publish`` on one store, the preview ``preview``: the publisher's
     CPU per message and the latest -> state delays after the warm-up."""
-    from edge import bench, procfs
     from edge.stats import nearest_rank
 
     mosquitto = Broker(work / "broker", users=None)
@@ -101,11 +101,11 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
     )
     pub = publisher(work, store, cfg)
     try:
-        cpu0 = procfs.cpu_seconds(pub.pid)
-        bench.replay_daemon(replay, store, args.models, config=cfg, fps=args.fps,
+        cpu0 = processes.cpu_seconds(pub.pid)
+        replay_daemon(replay, store, args.models, config=cfg, fps=args.fps,
                             frames=total, code=ROOT)  # fmt: skip
         time.sleep(1.0)  # the last frames' messages
-        cpu = procfs.cpu_seconds(pub.pid) - cpu0
+        cpu = processes.cpu_seconds(pub.pid) - cpu0
     finally:
         pub.terminate()
         pub.wait(10)
@@ -138,12 +138,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if shutil.which("mosquitto") is None:
         raise SystemExit("mosquitto is not installed (requirements/apt.txt)")
-    from edge import bench
     from edge import platform as edge_platform
 
-    work = Path(tempfile.mkdtemp(prefix="da3-bench-publish-", dir=bench.tmpfs_dir()))
+    work = Path(tempfile.mkdtemp(prefix="da3-bench-publish-", dir=tmpfs_dir()))
     try:
-        replay = bench.replay_photos(work / "replay")
+        replay = replay_photos(work / "replay")
         runs = [one_run(work, replay, args, preview) for preview in (False, True)]
     finally:
         shutil.rmtree(work, ignore_errors=True)

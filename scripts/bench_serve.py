@@ -31,13 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import ROOT
+from scripts.support import ROOT, processes
+from scripts.support.replay import replay_daemon, replay_photos, steady_fps, tmpfs_dir
 
 
 def peak_rss_mib(pid: int) -> float:
-    from edge import procfs
 
-    return procfs.kib(pid, "VmHWM") / 1024
+    return processes.kib(pid, "VmHWM") / 1024
 
 
 class Client:
@@ -112,7 +112,6 @@ class Client:
 def run_daemon(
     models: Path, replay: Path, work: Path, args: argparse.Namespace, serve: bool
 ) -> dict[str, Any]:
-    from edge import bench, procfs
 
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work)) / "store"
     total = args.warmup + args.frames
@@ -138,14 +137,14 @@ def run_daemon(
         if not port:
             raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
         client = Client(port, store)
-        cpu0 = procfs.cpu_seconds(server.pid)
-    records = bench.replay_daemon(replay, store, models, config=config, fps=args.fps,
+        cpu0 = processes.cpu_seconds(server.pid)
+    records = replay_daemon(replay, store, models, config=config, fps=args.fps,
                                   frames=total, code=ROOT)  # fmt: skip
     if server is not None and client is not None:
         time.sleep(0.5)  # the last events
         client.close()
         out["serve_cpu_ms_per_frame"] = (
-            (procfs.cpu_seconds(server.pid) - cpu0) * 1000 / len(records)
+            (processes.cpu_seconds(server.pid) - cpu0) * 1000 / len(records)
         )
         out["serve_peak_rss_mib"] = peak_rss_mib(server.pid)
         out["delays_ms"] = [d * 1000 for d in client.delays]
@@ -154,7 +153,7 @@ def run_daemon(
         server.terminate()
         server.wait(10)
     shutil.rmtree(store.parent, ignore_errors=True)
-    out["fps"] = bench.steady_fps(records, args.warmup)
+    out["fps"] = steady_fps(records, args.warmup)
     return out
 
 
@@ -167,13 +166,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--fps", type=float, default=10.0)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    from edge import bench
     from edge import platform as edge_platform
     from edge.stats import nearest_rank
 
-    work = Path(tempfile.mkdtemp(prefix="da3-bench-serve-", dir=bench.tmpfs_dir()))
+    work = Path(tempfile.mkdtemp(prefix="da3-bench-serve-", dir=tmpfs_dir()))
     try:
-        replay = bench.replay_photos(work / "replay")
+        replay = replay_photos(work / "replay")
         rounds = []
         for i in range(args.rounds):
             order = (False, True) if i % 2 == 0 else (True, False)

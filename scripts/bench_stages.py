@@ -25,6 +25,7 @@ import numpy as np
 from edge import stages as stages_mod
 from edge.models import Manifest, parse_shape
 from edge.stats import nearest_rank
+from scripts.support import processes
 
 
 def paired(fns: dict[str, object], n: int) -> dict[str, list[float]]:
@@ -44,9 +45,8 @@ def paired(fns: dict[str, object], n: int) -> dict[str, list[float]]:
 
 def _status(key: str) -> float:
     """VmRSS / VmHWM of this process, MiB."""
-    from edge import procfs
 
-    return procfs.kib("self", key) / 1024
+    return processes.kib("self", key) / 1024
 
 
 def _reset_peak() -> None:

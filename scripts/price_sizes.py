@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.support import ROOT
+from scripts.support import ROOT
+from scripts.support.sizes import IMAGE, PRECISIONS, summarise
 
 SIZES = (504, 448, 392, 336, 280, 224)
-PRECISIONS = ("fp16", "int8")
-IMAGE = (1200, 1600)  # (H, W) of the synthetic photo: each size's 4:3 shape
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,7 +59,7 @@ def export(weights: Path, out: Path, shapes: list[tuple[int, int]]) -> None:
 
 def core_ms(models: Path, shape: tuple[int, int], precision: str, threads: int) -> float:
     """The core's best of 5 runs after 2 warm-ups (this process: the runtime env's)."""
-    from scripts.compare_pytorch.measure import core_latency
+    from scripts.support.compare_pytorch.measure import core_latency
 
     return core_latency(models, threads, shape, only=precision)[precision] * 1000
 
@@ -79,7 +77,7 @@ def timed_core(
 
 
 def gflop(shape: tuple[int, int]) -> float:
-    from scripts.compare_pytorch.measure import network_flops
+    from scripts.support.compare_pytorch.measure import network_flops
 
     return network_flops(shape)["core"] / 1e9
 
@@ -90,7 +88,7 @@ def daemon(
     """`da3-edge run` with the default config at ``model.size = size`` on replayed
     1200x1600 JPEGs, delivered at twice the core's rate (10 fps at least) so the camera
     never sets the pace: compare_pytorch's daemon round against the fp16 ``core_ms``."""
-    from scripts.compare_pytorch.measure import daemon_round
+    from scripts.support.compare_pytorch.measure import daemon_round
 
     replay_fps = max(10.0, float(round(2000.0 / core_ms)))
     return daemon_round(
@@ -134,32 +132,6 @@ def one_round(
     return out
 
 
-def summarise(ns: argparse.Namespace, rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per size: medians over the rounds, and their ratios to the first size's; for the
-    daemon, its median round (by frames/s x the core's time), as compare_pytorch's."""
-    from edge.models import da3_shape
-    from scripts.compare_pytorch.measure import median_round
-
-    def median(size: int, precision: str, key: str) -> float:
-        return float(statistics.median(r[f"{size}/{precision}"][key] for r in rounds))
-
-    base = ns.sizes[0]
-    rows = []
-    for size in ns.sizes:
-        shape = da3_shape(*IMAGE, size)
-        row: dict[str, Any] = {"size": size, "shape": list(shape),
-                               "tokens": (shape[0] // 14) * (shape[1] // 14)}  # fmt: skip
-        for key in ("core_ms", "still_s", "still_peak_rss_mib"):
-            row[key] = {p: median(size, p, key) for p in PRECISIONS}
-        for key, ratio in (("core_ms", "core_ratio"), ("still_s", "still_ratio")):
-            row[ratio] = {p: median(size, p, key) / median(base, p, key) for p in PRECISIONS}
-        daemons = [r[f"{size}/daemon"] for r in rounds if f"{size}/daemon" in r]
-        if daemons:
-            row["daemon"] = median_round(daemons)
-        rows.append(row)
-    return rows
-
-
 def child(argv: list[str]) -> int:
     """``python -m scripts.price_sizes core DIR HxW PRECISION THREADS``: ``core_ms``."""
     directory, shape, precision, threads = argv
@@ -192,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {n + 1} of {ns.rounds}", file=sys.stderr, flush=True)
             rounds.append(one_round(ns, models, photo, work))
         random_init = any(a.random_init for a in Manifest.load(models).cores())
-    rows = summarise(ns, rounds)
+    rows = summarise(ns.sizes, rounds)
     for row in rows:
         row["gflop"] = flops[row["size"]]
     data = {
@@ -208,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(data, indent=1) + "\n"
     if ns.json:
         ns.json.write_text(text)
-    from scripts.gen_performance_table import render_sizes
+    from scripts.support.performance_tables import render_sizes
 
     print(render_sizes(data))
     return 0

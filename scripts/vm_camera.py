@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Try the daemon without a camera: libcamera's virtual camera in a VM, the real
-picamera2 path, the real unit. Maintainer tool (the VM harness of tests/support/vm.py).
+picamera2 path, the real unit. Maintainer tool (the VM harness of scripts/support/vm.py).
 
     uv run python -m scripts.vm_camera [--photo PATH] [--models DIR] [--frames N]
         [--size WxH] [--out DIR]
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from tests.support import vm
+from scripts.support import vm
 
 
 def size(text: str) -> tuple[int, int]:
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(
             f"{tool} not found: install requirements/apt.txt (scripts/install-host-packages.sh)"
         )
-    from tests.support.models import build_vm_models
-    from tests.support.photos import photo_path
+    from scripts.support.models import build_vm_models
+    from scripts.support.photos import photo_path
 
     photo = args.photo or photo_path("coffee.png")
     try:

@@ -1,4 +1,4 @@
-"""The fixtures; what they are built from lives in tests/support (models exported once
+"""The fixtures; what they are built from lives in scripts/support (models exported once
 per run with the real export path, the photos, host tools and mounts).
 
 Without the export environment (or, for the disk tests, without permission to mount a
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .support.models import (
+from scripts.support.models import (
     PLAIN,
     SMALL_SHAPE,
     Plain,
@@ -21,8 +21,8 @@ from .support.models import (
     build_small_models,
     export_python,
 )
-from .support.photos import make, normalised_photo
-from .support.tools import skip_or_fail
+from scripts.support.photos import make, normalised_photo
+from scripts.support.tools import skip_or_fail
 
 
 @pytest.fixture(autouse=True)
@@ -108,8 +108,8 @@ def plain(fp16_path: Path) -> Plain:
 @pytest.fixture(scope="session")
 def fake_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model folder of FakeCore placeholders: for the daemon of tests where the model
-    is not the subject (tests.support.fakedaemon); no export needed."""
-    from .support import fakedaemon
+    is not the subject (scripts.support.fakedaemon); no export needed."""
+    from scripts.support import fakedaemon
 
     return fakedaemon.models(tmp_path_factory.mktemp("fake-models"))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .support import ROOT
+from scripts.support import ROOT
 
 ARM_DOC = ROOT / "docs" / "arm.md"
 MARK = re.compile(r"pytest\.mark\.arm\b")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from edge import bench
-
-from .support.tools import run_cli, run_main
+from scripts.support.replay import counting_config, daemon_summary
+from scripts.support.tools import run_cli, run_main
 
 
 def test_bench_json_runtime_env(small_models: Path) -> None:
@@ -104,10 +104,10 @@ def test_counting_config_is_the_default_but_a_ring_for_every_frame(tmp_path: Pat
     from edge import config
 
     default = config.parse("")
-    plain = config.load(bench.counting_config(tmp_path / "a.toml", 40))
+    plain = config.load(counting_config(tmp_path / "a.toml", 40))
     assert (plain.store.keep_frames, plain.store.max_bytes) == (40, 40 << 25)
     assert plain.model == default.model and plain.store.size == default.store.size
-    both = config.load(bench.counting_config(tmp_path / "b.toml", 3, workers=2, size=280))
+    both = config.load(counting_config(tmp_path / "b.toml", 3, workers=2, size=280))
     assert (both.model.workers, both.model.size, both.store.keep_frames) == (2, 280, 3)
 
 
@@ -123,10 +123,10 @@ def test_daemon_summary_leaves_out_the_warmup_and_names_what_ran() -> None:
     # A slow warm-up frame (seq 0) that the steady rate and the medians must not see.
     records = [record(0, 0.0, 900.0), record(1, 5.0, 300.0), record(2, 5.5, 310.0),
                record(3, 6.0, 320.0)]  # fmt: skip
-    got = bench.daemon_summary(records, warmup=1)
+    got = daemon_summary(records, warmup=1)
     assert got["frames"] == 3 and got["fps"] == 2.0
     assert (got["core_in_daemon_p50_ms"], got["preprocess_in_daemon_p50_ms"]) == (310.0, 20.0)
     assert got["latency_p50_ms"] == 102.0 and got["dropped_stale"] == 3
     assert (got["precision"], got["stages"], got["threads_per_worker"]) == ("fp16", "executorch", 2)
     with pytest.raises(SystemExit, match="too few to measure"):
-        bench.daemon_summary(records[:2], warmup=1)
+        daemon_summary(records[:2], warmup=1)

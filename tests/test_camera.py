@@ -21,8 +21,7 @@ from edge.camera.opencv import OpenCVSource
 from edge.camera.picamera2 import Picamera2Source
 from edge.camera.replay import ReplaySource
 from edge.errors import CameraError, CameraTimeout, CameraWedged, UsageError
-
-from .support import ROOT
+from scripts.support import ROOT
 
 
 def test_script_steps_with_counts_and_values() -> None:
@@ -446,7 +445,7 @@ def test_picamera2_controls_the_camera_lacks_are_one_line_each(
 def test_the_control_names_are_picamera2s() -> None:
     """The libcamera control names the source sets are the ones picamera2's own code
     sets (its source from PyPI, as the VM installs it)."""
-    from .support import vm
+    from scripts.support import vm
 
     code = (vm.picamera2_deps() / "picamera2" / "picamera2.py").read_text()
     for name in ('"FrameDurationLimits"', '"AfMode"', "AfModeEnum."):

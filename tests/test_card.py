@@ -22,11 +22,10 @@ import pytest
 import yaml
 
 from edge import card, deploy, packs
-
-from .support import ROOT, fat
-from .support.httpfile import Server
-from .support.tools import require_tool, run_cli, tool_install
-from .support.units import parse_unit
+from scripts.support import ROOT, fat
+from scripts.support.httpfile import Server
+from scripts.support.tools import require_tool, run_cli, tool_install
+from scripts.support.units import parse_unit
 
 # What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
 # hostname, user with a password hash and an SSH key, locale, Wi-Fi, SSH, its `rpi:`

@@ -14,9 +14,8 @@ import pytest
 
 from edge import cli
 from edge.commands import export as export_cmd
-
-from .support import ROOT
-from .support.models import export_python
+from scripts.support import ROOT
+from scripts.support.models import export_python
 
 
 def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from scripts.compare_pytorch.measure import median_round
-from scripts.compare_pytorch.peer import read_pfm
-
-from .support import ROOT
-from .support.tools import auto_stages
+from scripts.support import ROOT
+from scripts.support.compare_pytorch.measure import median_round
+from scripts.support.compare_pytorch.peer import read_pfm
+from scripts.support.tools import auto_stages
 
 pytestmark = pytest.mark.parity
 
@@ -155,7 +154,7 @@ def test_read_pfm_is_top_down(tmp_path: Path) -> None:
 def test_compare_at_another_size_asks_both_contenders_for_it(tmp_path: Path) -> None:
     """--size N: DA3's process_res N for the reference, `snap --size N` for da3-edge (the
     daemon's model.size too); a size no core can have is a usage error."""
-    from scripts.compare_pytorch.__main__ import parse, pytorch_argv, snap_argv
+    from scripts.support.compare_pytorch.cli import parse, pytorch_argv, snap_argv
 
     ns, _ = parse(["--weights", str(tmp_path), "--models", str(tmp_path), "--size", "280"])
     assert ns.size == 280

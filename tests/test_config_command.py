@@ -15,8 +15,7 @@ import pytest
 from edge import config as config_mod
 from edge.commands import config as command
 from edge.fakecore import fake_models
-
-from .support.tools import run_main
+from scripts.support.tools import run_main
 
 NOBODY = 65534
 

@@ -15,10 +15,9 @@ import pytest
 from edge.core import Core, CoreSpec
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
 from edge.models import Manifest
-
-from .support import children
-from .support.models import SMALL_SHAPE, Plain
-from .support.photos import normalised_photo
+from scripts.support import children
+from scripts.support.models import SMALL_SHAPE, Plain
+from scripts.support.photos import normalised_photo
 
 
 @dataclass

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge import procfs
 from edge.core import Core
 from edge.coreproc import ProcessCore
 from edge.errors import EdgeError, ModelCorrupt, ModelNotFound, ShapeError
-
-from .support.models import SMALL_SHAPE, Plain
-from .support.photos import normalised_photo
+from scripts.support import processes
+from scripts.support.models import SMALL_SHAPE, Plain
+from scripts.support.photos import normalised_photo
 
 
 @pytest.mark.arm  # the rest is process plumbing in Python: x86_64 (docs/arm.md)
@@ -95,7 +94,7 @@ def test_a_signalled_worker(fp16_path: Path, sig: signal.Signals, survives: bool
         os.kill(old, sig)
         time.sleep(0.5)
         if survives:  # alive, not a zombie waiting for its parent
-            assert procfs.alive(old), f"the worker died of {sig.name}"
+            assert processes.alive(old), f"the worker died of {sig.name}"
         np.testing.assert_array_equal(core.run(x)[0], first)
         assert (core.pid == old) == survives
 
@@ -161,7 +160,7 @@ def test_without_memfd_an_unlinked_file_is_shared(
     with ProcessCore(fp16_path, threads=1) as core:
         expected = core.run(x)[0].copy()
     monkeypatch.delattr(os, "memfd_create")
-    fds_before = set(procfs.fds("self"))
+    fds_before = set(processes.fds("self"))
     with ProcessCore(fp16_path, threads=1) as core:
         np.testing.assert_array_equal(core.run(x)[0], expected)
-    assert set(procfs.fds("self")) <= fds_before  # nothing left open
+    assert set(processes.fds("self")) <= fds_before  # nothing left open

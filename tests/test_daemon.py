@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .support import children
-from .support.daemon import DaemonProcess, frame_dirs, write_config
-from .support.tools import auto_stages, run_cli, run_main, tmpfs
+from scripts.support import children
+from scripts.support.daemon import DaemonProcess, frame_dirs, write_config
+from scripts.support.tools import auto_stages, run_cli, run_main, tmpfs
 
 FILES = {"frame.depth.png", "frame.npz", "frame.preview.png", "frame.json"}
 

@@ -1,6 +1,6 @@
 """The daemon on an operator's mistakes and a small Pi: it keeps writing, or stops loudly.
 
-Each test runs the real daemon with FakeCores (tests.support.fakedaemon: everything
+Each test runs the real daemon with FakeCores (scripts.support.fakedaemon: everything
 but the core is the daemon's own) on a fault an operator produces: a config saved in
 Latin-1, a model folder the service cannot enter, a thread that dies, a burst of
 signals, a store on a tmpfs smaller than the ring.
@@ -32,12 +32,17 @@ from edge.models import size_shapes
 from edge.pipeline import Pipeline
 from edge.store import FrameStore
 from edge.systemd import Notifier
-
-from .support import fakedaemon, tools
-from .support.daemon import FAKE_CORES, DaemonProcess, Notifications, frame_dirs, write_config
-from .support.fakedaemon import SHAPES
-from .support.store import depth_frame
-from .support.tools import run_main, tmpfs
+from scripts.support import fakedaemon, tools
+from scripts.support.daemon import (
+    FAKE_CORES,
+    DaemonProcess,
+    Notifications,
+    frame_dirs,
+    write_config,
+)
+from scripts.support.fakedaemon import SHAPES
+from scripts.support.store import depth_frame
+from scripts.support.tools import run_main, tmpfs
 
 NOBODY = 65534
 

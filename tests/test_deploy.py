@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
-from .support.tools import require_tool, run_cli, skip_or_fail
-from .support.units import parse_unit
+from scripts.support import ROOT
+from scripts.support.tools import require_tool, run_cli, skip_or_fail
+from scripts.support.units import parse_unit
 
 INSTALLER = ROOT / "scripts" / "install-pi.sh"
 INSTALLER_CHECK = ROOT / "scripts" / "arm" / "installer-check.sh"

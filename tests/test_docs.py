@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import generated
-
-from .support import ROOT
+from scripts.support import ROOT, generated
 
 
 @pytest.mark.parametrize("part", generated.PARTS, ids=lambda p: p.name)
@@ -32,11 +30,10 @@ def test_a_stale_part_is_found_and_rewritten(tmp_path: Path) -> None:
 
 
 def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
-    """scripts.price_sizes' summary: medians over rounds, ratios to the first size's in
+    """The price of sizes' summary (scripts.support.sizes): medians over rounds, ratios to the first size's in
     the same run, and the table row that shows them."""
-    import argparse
-
-    from scripts import gen_performance_table, price_sizes
+    from scripts.support.performance_tables import render_sizes
+    from scripts.support.sizes import summarise
 
     def point(core: float, still: float) -> dict[str, float]:
         return {"core_ms": core, "still_s": still, "still_peak_rss_mib": 300.0}
@@ -51,8 +48,7 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
          "504/daemon": daemon(fps, c), "280/daemon": daemon(fps * 3, c / 4)}
         for c, fps in ((400.0, 2.4), (1000.0, 0.9), (420.0, 2.3))  # a noisy round
     ]  # fmt: skip
-    ns = argparse.Namespace(sizes=[504, 280])
-    rows = price_sizes.summarise(ns, rounds)
+    rows = summarise([504, 280], rounds)
     assert [(r["size"], r["shape"], r["tokens"]) for r in rows] == [
         (504, [378, 504], 972), (280, [210, 280], 300)
     ]  # fmt: skip
@@ -69,7 +65,7 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
     machine = {"cpu": {"model": "cpu", "machine": "x86_64", "cores": 2}, "git_revision": "abc"}
     data = {"machine": machine, "threads": 2, "rounds": 3, "image": "img", "random_init": True,
             "daemon_frames": 30, "sizes": rows}  # fmt: skip
-    table = gen_performance_table.render_sizes(data)
+    table = render_sizes(data)
     assert (
         "| 280 | 210x280 | 300 | 20.1 | 105 ms (0.25) | 105 ms (0.25) | 1.00 s (0.50) | "
         "1.00 s (0.50) | 7.20 frames/s (0.72) |" in table

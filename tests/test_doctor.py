@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
-from .support.tools import run_cli, tmpfs, world_readable
+from scripts.support import ROOT
+from scripts.support.tools import run_cli, tmpfs, world_readable
 
 
 def test_ready_with_models_and_a_writable_store(small_models: Path, tmp_path: Path) -> None:

@@ -21,9 +21,8 @@ from edge.errors import EdgeError, ModelCorrupt
 from edge.etrunner import install
 from edge.models import STAGE_KINDS, Manifest, da3_shape
 from edge.stages import bands
-
-from .support import ROOT, children
-from .support.tools import run_cli
+from scripts.support import ROOT, children
+from scripts.support.tools import run_cli
 
 
 def test_version_is_the_export_environments() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from .support import children
-from .support.tools import run_cli
+from scripts.support import children
+from scripts.support.tools import run_cli
 
 
 def _scenario(how: str) -> subprocess.CompletedProcess[str]:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .support import children
-from .support.tools import run_cli
+from scripts.support import children
+from scripts.support.tools import run_cli
 
 pytestmark = pytest.mark.export
 

@@ -22,11 +22,10 @@ from PIL import Image
 from edge import config as config_mod
 from edge import images
 from edge.errors import ConfigError, ImageError
-
-from .support.photos import photo_path
-from .support.serve import serving
-from .support.store import store
-from .support.tools import run_cli
+from scripts.support.photos import photo_path
+from scripts.support.serve import serving
+from scripts.support.store import store
+from scripts.support.tools import run_cli
 
 SEED = 20261204
 METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",

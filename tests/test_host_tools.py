@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
-from .support.tools import skip_or_fail
+from scripts.support import ROOT
+from scripts.support.tools import skip_or_fail
 
 APT_LIST = ROOT / "requirements" / "apt.txt"
 # The test command's shell scripts (README.md) and what they run.
@@ -249,9 +249,9 @@ def test_the_scanner_finds_the_tools_named_in_this_project() -> None:
     """The static reading sees the calls that caused the fresh-machine failure."""
     calls = called_tools()
     for tool, where in {
-        "mmdebstrap": "tests/support/container.py",
-        "systemd-nspawn": "tests/support/container.py",
-        "nsenter": "tests/support/container.py",
+        "mmdebstrap": "scripts/support/container.py",
+        "systemd-nspawn": "scripts/support/container.py",
+        "nsenter": "scripts/support/container.py",
         "systemd-analyze": "tests/test_systemd_unit.py",
         "cloud-init": "tests/test_deploy.py",
         "mount": "tests/test_daemon.py",

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
-from .support.tools import require_tool
+from scripts.support import ROOT
+from scripts.support.tools import require_tool
 
 REQ = ROOT / "requirements"
 MAC_DOC = ROOT / "docs" / "how-to" / "macos.md"

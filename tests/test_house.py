@@ -1,13 +1,16 @@
 """The house rules of the maintainer's code (scripts/, tests/): every Python file is a
-module of its package, none loaded by path; test modules share through tests/support;
-no function longer than a screen."""
+module of its package, none loaded by path; imports go one way (edge <- scripts.support
+<- the tools and the tests; nothing imports a test); no function longer than a screen."""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
-from .support import ROOT
+from scripts.support import ROOT
 
 # What loads a file by its path, or puts a folder on the import path by hand (spelt in
 # two pieces, so this file does not find itself).
@@ -38,7 +41,7 @@ def test_nothing_is_imported_by_path() -> None:
 
 
 def test_no_test_module_imports_another() -> None:
-    """What several test modules share lives in tests/support, not in a test module
+    """What several test modules share lives in scripts/support, not in a test module
     another one imports (which would also run its tests' module fixtures' imports)."""
     found = [
         f"{p.relative_to(ROOT)}: {line.strip()}"
@@ -47,6 +50,135 @@ def test_no_test_module_imports_another() -> None:
         if line.lstrip().startswith(("from .test_", "from tests.test_", "from . import test_"))
     ]
     assert not found, found
+
+
+# Who may import whom, by the importer's layer (the first that names it): edge stands
+# alone (it ships); the maintainer's support package stands on edge; the tools on both
+# (and on each other); the tests on edge and the support package, never on a tool or
+# another test. Lazy imports (inside functions) count the same.
+LAYERS = ("edge", "scripts.support", "scripts", "tests")
+MAY_IMPORT = {
+    "edge": {"edge"},
+    "scripts.support": {"edge", "scripts.support"},
+    "scripts": {"edge", "scripts.support", "scripts"},
+    "tests": {"edge", "scripts.support"},
+}
+
+
+def layer(module: str) -> str | None:
+    return next((n for n in LAYERS if module == n or module.startswith(n + ".")), None)
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Every Python module of the checkout's packages at ``root``, by its dotted name."""
+    found = {}
+    for top in ("edge", "scripts", "tests"):
+        for path in (root / top).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imported(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[int, str]]:
+    """(line, module) for each import in module ``name`` at any depth, made absolute: a
+    ``from P import N`` counts as P.N where that is a module, else as P."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield node.lineno, full if full in known else base
+
+
+def wrong_arrows(root: Path) -> list[str]:
+    known = modules(root)
+    found = []
+    for name, path in sorted(known.items()):
+        source = layer(name)
+        for line, target in imported(name, path, known):
+            to = layer(target)
+            if source and to and to not in MAY_IMPORT[source]:
+                found.append(f"{path.relative_to(root)}:{line} {name} -> {target}")
+    return found
+
+
+def test_imports_go_one_way() -> None:
+    """edge imports nothing of the checkout's; scripts.support only edge; the tools edge
+    and scripts.support; the tests edge and scripts.support; nothing imports a test."""
+    assert len(modules(ROOT)) > 150
+    found = wrong_arrows(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_the_import_rule_finds_each_wrong_arrow(tmp_path: Path) -> None:
+    tree = {
+        "edge/__init__.py": "",
+        "edge/bench.py": "def f():\n    from scripts.support import replay\n",
+        "scripts/__init__.py": "",
+        "scripts/soak.py": "from edge import bench\nfrom scripts.support import replay\n",
+        "scripts/tool.py": "from tests.support import models\nfrom . import soak\n",
+        "scripts/support/__init__.py": "from edge import bench\n",
+        "scripts/support/replay.py": "from .. import soak\nfrom . import ROOT\n",
+        "tests/__init__.py": "",
+        "tests/support.py": "",
+        "tests/test_a.py": "import scripts.soak\nfrom scripts.support import replay\n",
+        "tests/test_b.py": "from .test_a import x\nfrom edge.bench import f\n",
+    }
+    for name, text in tree.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert [arrow.split(" ", 1)[1] for arrow in wrong_arrows(tmp_path)] == [
+        "edge.bench -> scripts.support.replay",
+        "scripts.support.replay -> scripts.soak",
+        "scripts.tool -> tests.support",
+        "tests.test_a -> scripts.soak",
+        "tests.test_b -> tests.test_a",
+    ]
+
+
+def shipped_for_maintainers(root: Path) -> list[str]:
+    """Public top-level functions and classes of edge/ whose name appears nowhere else in
+    the package, nor among pyproject.toml's entry points: shipped, though only the
+    maintainer's tools and tests (or nothing) use them. By name, so one that shares its
+    name with something the package uses is missed, never one that is used flagged."""
+    words: Counter[str] = Counter()
+    defined: dict[str, list[Path]] = {}
+    for path in [*sorted((root / "edge").rglob("*.py")), root / "pyproject.toml"]:
+        text = path.read_text()
+        words.update(re.findall(r"\w+", text))
+        for node in ast.parse(text).body if path.suffix == ".py" else []:
+            kinds = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+            if isinstance(node, kinds) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(path)
+    return [
+        f"{path.relative_to(root)}: {name}"
+        for name, paths in sorted(defined.items())
+        if words[name] <= len(paths)
+        for path in paths
+    ]
+
+
+def test_the_package_ships_no_maintainer_code() -> None:
+    """What only scripts/ and tests/ use lives in scripts/support, not in edge/ (which
+    every Pi installs)."""
+    found = shipped_for_maintainers(ROOT)
+    assert not found, found
+
+
+def test_the_shipping_rule_finds_a_maintainers_function(tmp_path: Path) -> None:
+    (tmp_path / "edge").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project.scripts]\nx = "edge.b:main"\n')
+    (tmp_path / "edge" / "a.py").write_text("def used():\n    pass\n\n\nclass Helper:\n    pass\n")
+    (tmp_path / "edge" / "b.py").write_text("from edge import a\n\n\ndef main():\n    a.used()\n")
+    assert shipped_for_maintainers(tmp_path) == ["edge/a.py: Helper"]
 
 
 def long_functions(path: Path) -> list[str]:

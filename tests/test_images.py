@@ -10,8 +10,7 @@ from PIL import Image
 
 from edge import images
 from edge.errors import ImageError, InputUnreadable
-
-from .support.photos import photo_path
+from scripts.support.photos import photo_path
 
 pytestmark = pytest.mark.arm  # runs on the emulated Cortex-A76 too (docs/arm.md)
 

@@ -1,7 +1,7 @@
 """The aarch64 lane's kernel counter, end to end on a program whose calls are known.
 
 scripts/arm/kcount.c (a qemu TCG plugin) counts the blocks an aarch64 program runs
-between two markers; scripts/arm/kernels.py names them from the guest's maps and the
+between two markers; scripts/support/kernels.py names them from the guest's maps and the
 ELF symbols. Here a small aarch64 program calls ``work`` once before the markers and
 exactly five times between them, under Debian's dynamic qemu-aarch64 with the plugin:
 the report must say 5 calls and the loop's instructions, and nothing from before.
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.arm import kernels as k
-
-from .support import ROOT
+from scripts.support import ROOT
+from scripts.support import kernels as k
 
 PROGRAM = r"""
 #include <stdio.h>

@@ -14,9 +14,8 @@ import pytest
 
 from edge import packs
 from edge.fakecore import fake_models
-
-from .support.httpfile import Server
-from .support.tools import run_main
+from scripts.support.httpfile import Server
+from scripts.support.tools import run_main
 
 
 @pytest.fixture
@@ -61,6 +60,17 @@ def test_pack_then_pull_gives_the_same_models(
     assert {k: v for k, v in digests(out).items() if k != ".pack-sha256"} == digests(models)
     assert packs.installed_pack(out) == sha
     assert [p.name for p in out.parent.iterdir()] == ["models"]  # nothing left beside it
+    # Again: nothing downloaded while every file still checks; a file changed since, and
+    # the pack comes again.
+    asked = len(server.ranges)
+    code, again, stderr = pull(server.url, sha, out)
+    assert (code, again, len(server.ranges)) == (0, stdout, asked), stderr
+    assert stderr == f"download: not needed: {out} holds that pack (every file checked)\n"
+    victim = next(out.glob("*.tflite"))
+    victim.write_bytes(victim.read_bytes()[:-1] + b"!")
+    code, _, stderr = pull(server.url, sha, out)
+    assert code == 0 and len(server.ranges) == asked + 1, stderr
+    assert {k: v for k, v in digests(out).items() if k != ".pack-sha256"} == digests(models)
 
 
 def test_an_interrupted_download_resumes_where_it_stopped(

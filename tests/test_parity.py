@@ -1,6 +1,6 @@
 """LiteRT artifacts against the reference implementation's own forward.
 
-The oracle (tests/support/oracle.py) is depth_anything_3's network, built by its
+The oracle (scripts/support/oracle.py) is depth_anything_3's network, built by its
 ``create_object`` and run plain fp32 in the export environment; it shares no code
 with ``edge``. Both sides read the same seeded random weights from a release-layout
 folder; the artifacts were converted from it through ``da3-edge export --weights``.
@@ -22,9 +22,8 @@ import pytest
 from edge.core import Core
 from edge.models import DEFAULT_SHAPES, PRECISIONS, Manifest
 from edge.parity import TOLERANCES, compare, metrics
-
-from .support import ROOT
-from .support.photos import PHOTOS, normalised_photo
+from scripts.support import ROOT
+from scripts.support.photos import PHOTOS, normalised_photo
 
 pytestmark = pytest.mark.parity
 
@@ -45,7 +44,7 @@ def oracle(
         [
             str(export_env),
             "-m",
-            "tests.support.oracle",
+            "scripts.support.oracle",
             str(random_weights),
             str(work / "in.npz"),
             str(work / "out.npz"),

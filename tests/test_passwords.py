@@ -9,8 +9,7 @@ from pathlib import Path
 from edge import passwords
 from edge.passwords import Verifier
 from edge.serve.auth import Credentials
-
-from .support.serve import serving
+from scripts.support.serve import serving
 
 
 def test_a_hash_matches_its_password_only() -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .support import ROOT
+from scripts.support import ROOT
 
 CONVERTER = """\
 from scripts.gguf_keys import KEY

@@ -14,8 +14,7 @@ from edge.errors import ModelNotFound, ShapeError
 from edge.fakecore import FakeCore, fake_models
 from edge.models import size_shapes
 from edge.pipeline import Pipeline, PipelineSpec, nearest_shape
-
-from .support.photos import photo_path
+from scripts.support.photos import photo_path
 
 DEFAULTS = [(378, 504), (504, 378), (280, 504), (504, 280)]
 

@@ -1,4 +1,4 @@
-"""edge.procfs against this process and a child of its own."""
+"""edge.procfs and scripts.support.processes against this process and a child of its own."""
 
 from __future__ import annotations
 
@@ -9,33 +9,34 @@ import time
 from pathlib import Path
 
 from edge import procfs
+from scripts.support import processes
 
 
 def test_this_process_as_proc_shows_it(tmp_path: Path) -> None:
     assert procfs.stat_fields()[0] == "R"  # running: it is reading its own stat
-    assert procfs.kib("self", "VmRSS") > 1000 and procfs.kib(os.getpid(), "VmHWM") > 1000
+    assert processes.kib("self", "VmRSS") > 1000 and processes.kib(os.getpid(), "VmHWM") > 1000
     assert procfs.status()["Name"] and int(procfs.status()["PPid"]) == os.getppid()
     with (tmp_path / "held").open("w") as fh:
-        assert procfs.fds("self")[fh.fileno()] == str(tmp_path / "held")
-    assert procfs.parents()[os.getpid()] == os.getppid()
-    start = procfs.cpu_seconds(os.getpid())
+        assert processes.fds("self")[fh.fileno()] == str(tmp_path / "held")
+    assert processes.parents()[os.getpid()] == os.getppid()
+    start = processes.cpu_seconds(os.getpid())
     end = time.process_time() + 0.05
     while time.process_time() < end:
         pass
-    assert procfs.cpu_seconds(os.getpid()) - start >= 0.04
+    assert processes.cpu_seconds(os.getpid()) - start >= 0.04
 
 
 def test_a_child_alive_then_a_zombie_then_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert procfs.alive(child.pid)
+        assert processes.alive(child.pid)
         child.kill()
         deadline = time.monotonic() + 10
-        while procfs.alive(child.pid) and time.monotonic() < deadline:
+        while processes.alive(child.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert procfs.stat_fields(child.pid)[0] == "Z"  # dead, not yet reaped
-        assert not procfs.alive(child.pid)
+        assert not processes.alive(child.pid)
     finally:
         child.kill()
         child.wait()
-    assert not procfs.alive(child.pid) and procfs.fds(child.pid) == {}
+    assert not processes.alive(child.pid) and processes.fds(child.pid) == {}

@@ -1,5 +1,5 @@
 """`da3-edge publish` against a real mosquitto broker, fed by the real daemon (with
-FakeCores where the model is not the subject: tests/support/fakedaemon.py).
+FakeCores where the model is not the subject: scripts/support/fakedaemon.py).
 
 Each test starts its own broker on 127.0.0.1 and a free port with a password file
 (mosquitto_passwd), a real paho subscriber, and `python -m edge publish` as a process.
@@ -26,12 +26,11 @@ from typing import Any
 
 import pytest
 
-from edge import procfs
 from edge.errors import ConfigError
-
-from .support.broker import Broker, Listener
-from .support.daemon import Command, DaemonProcess, frame_dirs
-from .support.daemon import daemon as start
+from scripts.support import processes
+from scripts.support.broker import Broker, Listener
+from scripts.support.daemon import Command, DaemonProcess, frame_dirs
+from scripts.support.daemon import daemon as start
 
 USER, PASSWORD = "da3edge", "pa55-word"
 
@@ -68,7 +67,7 @@ class Publish(Command):
         super().__init__("publish", ["--config", str(config), "--store", str(store)], log, env)
 
     def rss_kib(self) -> int:
-        return procfs.kib(self.proc.pid, "VmRSS")
+        return processes.kib(self.proc.pid, "VmRSS")
 
 
 @contextmanager
@@ -356,7 +355,7 @@ def test_a_broker_down_for_15_s_costs_bounded_memory(
 
 
 def test_disabled_or_misconfigured_is_one_line(tmp_path: Path) -> None:
-    from .support.tools import run_main
+    from scripts.support.tools import run_main
 
     off = run_main(["publish", "--store", str(tmp_path)])
     assert off.returncode == 0
@@ -414,8 +413,7 @@ def test_preview_the_depth_the_scene_or_both(
     from edge.config import MqttConfig
     from edge.publish import Publisher
     from edge.publish import topics as t
-
-    from .support.store import frame
+    from scripts.support.store import frame
 
     root = tmp_path / "store"
     root.mkdir(mode=0o755)

@@ -1,7 +1,7 @@
 """`da3-edge serve` as a real process over a store the real daemon writes.
 
 HTTP through the standard library's client against serve's real uvicorn; the daemon
-runs on the fake camera, with FakeCores (tests/support/fakedaemon.py) where the model is
+runs on the fake camera, with FakeCores (scripts/support/fakedaemon.py) where the model is
 not the subject, and once with the small exported model (`python -m edge run`).
 """
 
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from .support import children
-from .support.daemon import daemon, frame_dirs, write_config
-from .support.serve import Serve, serving
+from scripts.support import children
+from scripts.support.daemon import daemon, frame_dirs, write_config
+from scripts.support.serve import Serve, serving
 
 SCENE: dict[str, dict[str, object]] = {
     "store": {"formats": ["png", "npz", "preview", "json", "rgb"]}  # with the scene
@@ -149,7 +149,7 @@ def test_an_empty_or_missing_store_says_so_on_every_endpoint(tmp_path: Path) -> 
 
 
 def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) -> None:
-    from .support.tools import run_main
+    from scripts.support.tools import run_main
 
     proc = run_main(["serve", "--host", "0.0.0.0", "--port", "0", "--store", str(tmp_path)])
     assert proc.returncode == 1
@@ -194,7 +194,7 @@ def test_serve_imports_no_numpy_and_no_litert() -> None:
 
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_a_bad_port_is_one_line(port: str, tmp_path: Path) -> None:
-    from .support.tools import run_main
+    from scripts.support.tools import run_main
 
     proc = run_main(["serve", "--port", port, "--store", str(tmp_path)])
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
@@ -314,7 +314,7 @@ def test_the_live_page_in_a_real_browser(fake_models: Path, tmp_path: Path) -> N
     kept (.cache/tests/artifacts/serve-page.png)."""
     from playwright.sync_api import sync_playwright
 
-    from .support.models import cache_dir
+    from scripts.support.models import cache_dir
 
     chromium = shutil.which("chromium")
     assert chromium, "chromium missing: .ci/run installs it (requirements/apt.txt)"
@@ -428,7 +428,7 @@ def test_health_names_what_is_wrong(tmp_path: Path) -> None:
     """Each branch of /healthz's verdict, on a store written by hand: no daemon, a
     stopped one, one no longer reporting, no frame yet, a stale frame (a hung camera or
     core), and healthy."""
-    from .support.store import store
+    from scripts.support.store import store
 
     root = tmp_path / "empty"
     root.mkdir()

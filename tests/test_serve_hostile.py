@@ -24,11 +24,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from edge import procfs
 from edge.serve.auth import Backoff
-
-from .support.serve import serving
-from .support.store import frame, store
+from scripts.support import processes
+from scripts.support.serve import serving
+from scripts.support.store import frame, store
 
 HEADER_TIMEOUT, SEND_TIMEOUT = 3.0, 3.0
 
@@ -49,7 +48,7 @@ def config(tmp_path: Path, **extra: object) -> Path:
 
 
 def fds(pid: int) -> list[str]:
-    return list(procfs.fds(pid).values())
+    return list(processes.fds(pid).values())
 
 
 def connections(pid: int) -> int:
@@ -200,14 +199,14 @@ def test_clients_that_never_read_a_stream_are_dropped(tmp_path: Path) -> None:
             stalled.append(sock)
         # Taken in by serve (not still in the listen queue), and answering.
         until(lambda: connections(pid) >= 40, 60, "serve took the 40 streams")
-        before = procfs.kib(pid, "VmRSS")
+        before = processes.kib(pid, "VmRSS")
         start = time.monotonic()
         try:
             until(lambda: connections(pid) == 0, 60 + 10 * SEND_TIMEOUT,
                   "serve closed the 40 stalled streams")  # fmt: skip
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {connections(pid)} still open") from None
-        after = procfs.kib(pid, "VmRSS")
+        after = processes.kib(pid, "VmRSS")
         print(f"40 stalled streams dropped after {time.monotonic() - start:.1f} s "
               f"(send_timeout {SEND_TIMEOUT:g} s); serve RSS {before / 1024:.1f} MiB with "
               f"them, {after / 1024:.1f} MiB after; descriptors now {len(fds(pid))}")  # fmt: skip
@@ -337,7 +336,7 @@ def secret(tmp_path: Path, name: str, text: str) -> Path:
 def test_weak_credentials_are_refused_at_start(
     tmp_path: Path, kind: str, text: str, message: str
 ) -> None:
-    from .support.tools import run_cli
+    from scripts.support.tools import run_cli
 
     path = secret(tmp_path, kind, text)
     key = "token_file" if kind == "token" else "basic_auth_file"
@@ -351,7 +350,7 @@ def test_weak_credentials_are_refused_at_start(
 
 
 def test_a_fifo_as_a_secret_file_does_not_block_the_start(tmp_path: Path) -> None:
-    from .support.tools import run_cli
+    from scripts.support.tools import run_cli
 
     fifo = tmp_path / "token"
     os.mkfifo(fifo, 0o600)

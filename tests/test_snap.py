@@ -13,9 +13,8 @@ import pytest
 from PIL import Image
 
 from edge.parity import metrics
-
-from .support.photos import photo_path, sized_photos
-from .support.tools import auto_stages, run_cli, run_main, tmpfs
+from scripts.support.photos import photo_path, sized_photos
+from scripts.support.tools import auto_stages, run_cli, run_main, tmpfs
 
 GOOD = {
     # name: displayed (H, W)

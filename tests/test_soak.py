@@ -1,4 +1,4 @@
-"""The soak's rules (scripts/soak/rules.py) on made-up samples: each rule fails on the
+"""The soak's rules (scripts/support/soak/rules.py) on made-up samples: each rule fails on the
 fault it is for. (The soak itself runs in .ci/run, three minutes beside the aarch64
 lane.)"""
 
@@ -13,10 +13,17 @@ from typing import Any
 
 import pytest
 
-from scripts.soak import sample
-from scripts.soak.report import recheck
-from scripts.soak.rules import Run, accounting, check
-from scripts.soak.schedule import KEEP_FRAMES, RESTART_SEC, RESTARTS, SETTLE, schedule, windows
+from scripts.support.soak import sample
+from scripts.support.soak.report import recheck
+from scripts.support.soak.rules import Run, accounting, check
+from scripts.support.soak.schedule import (
+    KEEP_FRAMES,
+    RESTART_SEC,
+    RESTARTS,
+    SETTLE,
+    schedule,
+    windows,
+)
 
 
 def status(captured: int, written: int, in_flight: int = 0, **parts: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Stage parity: our preprocessing against DA3's own, on real photographs.
 
 The reference is DA3's ``InputProcessor`` (OpenCV resizing, its two-step rule), run by
-``scripts/reference_preprocess.py`` in the export environment on the same decoded RGB
+``scripts/support/reference_preprocess.py`` in the export environment on the same decoded RGB
 arrays; the numpy stages never see its code. Tolerance (normalised units): mean
 |d| <= 0.02 and max |d| <= 0.3; the shapes must be identical (DA3's shape rule).
 """
@@ -17,9 +17,8 @@ import pytest
 from edge import images
 from edge.models import da3_shape
 from edge.stages.numpy import NumpyStages
-
-from .support import ROOT
-from .support.photos import STAGE_SIZES, photo_path, sized_photos
+from scripts.support import ROOT
+from scripts.support.photos import STAGE_SIZES, photo_path, sized_photos
 
 pytestmark = pytest.mark.parity
 
@@ -32,11 +31,11 @@ Reference = dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]  # size -> name 
 
 def da3_reference(export_env: Path, arrays: dict[str, np.ndarray], work: Path) -> Reference:
     """Per size in SIZES: each array and DA3's tensor for it at that ``process_res``
-    (scripts.reference_preprocess in the export environment)."""
+    (scripts.support.reference_preprocess in the export environment)."""
     np.savez(work / "in.npz", **arrays)  # type: ignore[arg-type]
     out: Reference = {}
     for size in SIZES:
-        module, target = "scripts.reference_preprocess", work / f"out-{size}.npz"
+        module, target = "scripts.support.reference_preprocess", work / f"out-{size}.npz"
         cmd = [str(export_env), "-m", module, str(work / "in.npz"), str(target), str(size)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-3000:]

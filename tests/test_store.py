@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from edge.store import FS_SHARE, FrameStore
-
-from .support.store import depth_frame
-from .support.tools import tmpfs
+from scripts.support.store import depth_frame
+from scripts.support.tools import tmpfs
 
 
 def _seqs(store: FrameStore) -> list[int]:

@@ -24,11 +24,10 @@ import pytest
 
 from edge.config import MqttConfig
 from edge.publish import Publisher
-
-from .support import ROOT
-from .support.serve import serving
-from .support.store import frame, store
-from .support.tools import run_cli
+from scripts.support import ROOT
+from scripts.support.serve import serving
+from scripts.support.store import frame, store
+from scripts.support.tools import run_cli
 
 SECRET = b"the service user's private key: -----BEGIN PRIVATE KEY----- 42"
 

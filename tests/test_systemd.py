@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from edge.systemd import Notifier
-
-from .support import children
+from scripts.support import children
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The real units under a real systemd: READY, frames, a watchdog restart, reload, stop;
 serve beside the daemon.
 
-Boots Debian bookworm with systemd-nspawn (see tests/support/container.py), installs the
+Boots Debian bookworm with systemd-nspawn (see scripts/support/container.py), installs the
 unmodified systemd/da3-edge.service plus one drop-in that shortens WatchdogSec to 6 s
 (30 s in the shipped unit) so the restart is seen in seconds, and drives it with
 systemctl from inside. Needs root, mmdebstrap and systemd-container (on
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from .support.container import Container
-from .support.tools import skip_or_fail
+from scripts.support.container import Container
+from scripts.support.tools import skip_or_fail
 
 pytestmark = pytest.mark.container
 
@@ -269,7 +269,7 @@ def test_publish_unit_under_systemd(container: Container, tmp_path: Path) -> Non
     reaching a real mosquitto on the host: states arrive, and a stop says offline."""
     import json
 
-    from .support.broker import Broker, Listener
+    from scripts.support.broker import Broker, Listener
 
     box = container
     (tmp_path / "broker").mkdir()

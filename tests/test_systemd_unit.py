@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
-from .support.tools import require_tool, skip_or_fail
-from .support.units import parse_unit
+from scripts.support import ROOT
+from scripts.support.tools import require_tool, skip_or_fail
+from scripts.support.units import parse_unit
 
 UNIT = ROOT / "systemd" / "da3-edge.service"
 SERVE_UNIT = ROOT / "systemd" / "da3-edge-serve.service"

@@ -21,9 +21,8 @@ import pytest
 from edge import deploy
 from edge.errors import DeployError
 from edge.version import version
-
-from .support import ROOT
-from .support.tools import run_cli
+from scripts.support import ROOT
+from scripts.support.tools import run_cli
 
 # The installer's stand-in: its arguments, the installer it was given (copied), and
 # the mode of the folder the wheel was copied into.

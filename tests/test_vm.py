@@ -1,4 +1,4 @@
-"""One card, two boots: a Debian trixie VM (tests/support/vm.py) stands in for a Raspberry Pi OS
+"""One card, two boots: a Debian trixie VM (scripts/support/vm.py) stands in for a Raspberry Pi OS
 card, from its first boot to its camera.
 
 Boot 1 is the first boot for real, from a card ``da3-edge card`` prepared: a FAT boot
@@ -35,14 +35,14 @@ each checked against the photo:
 - unmodified picamera2 from PyPI (where a Pi's apt would put python3-picamera2) under
   da3-edge's picamera2 source, in the installed venv: open, more frames than it has
   buffers, close within its bound, reopen; RGB channel order and orientation. Where
-  picamera2 refuses a non-Pi, test set-up patches it (tests/support/vm_picamera2, each patch
+  picamera2 refuses a non-Pi, test set-up patches it (scripts/support/vm_picamera2, each patch
   naming the line);
 - the installed daemon, ``source = "picamera2:0"``, under the unit the installer put in
   place: frames written, the final status.json's accounting exact, and the depth the
   host's pipeline computes from the frame the source gave.
 Each boot runs its job after cloud-init has finished and records what it saw in /job;
 a failing part does not stop the others. The card carries fp16 models at a core of
-``VM_SHAPE`` (tests/support/models.py): under TCG a forward there still takes tens of
+``VM_SHAPE`` (scripts/support/models.py): under TCG a forward there still takes tens of
 seconds (an eighth of the small test model's minutes), so the user-data stretches the
 unit's watchdog.
 
@@ -75,11 +75,10 @@ from edge.card import INSTALLED
 from edge.pipeline import Pipeline, PipelineSpec
 from edge.stats import nearest_rank
 from edge.version import version
-
-from .support import ROOT, fat, vm, wheels
-from .support.httpfile import Server
-from .support.models import VM_PACK_SHAPES, VM_SHAPE, build_vm_models, build_vm_pack_models
-from .support.tools import free_port, run_cli, tool_install
+from scripts.support import ROOT, fat, vm, wheels
+from scripts.support.httpfile import Server
+from scripts.support.models import VM_PACK_SHAPES, VM_SHAPE, build_vm_models, build_vm_pack_models
+from scripts.support.tools import free_port, run_cli, tool_install
 
 pytestmark = pytest.mark.vm
 
@@ -818,7 +817,7 @@ def test_libcamera_virtual_camera_captures_the_photo(boots: list[vm.Result]) -> 
 
 def test_picamera2_source_on_the_virtual_camera(boots: list[vm.Result]) -> None:
     """Unmodified picamera2 (patched in test set-up only, where it refuses a non-Pi:
-    tests/support/vm_picamera2) and da3-edge's source, converting the NV12 libcamera gives."""
+    scripts/support/vm_picamera2) and da3-edge's source, converting the NV12 libcamera gives."""
     out = part(boots[1], "source")
     assert "vm shim: picamera2 patched" in out  # the set-up's patches were the ones used
     assert "configuring streams: (0) 640x480-NV12" in out  # RGB888 asked, NV12 given

@@ -19,10 +19,9 @@ import pytest
 from edge import weightcache
 from edge.core import Core
 from edge.models import Manifest
-
-from .support.models import SMALL_SHAPE
-from .support.photos import normalised_photo, photo_path
-from .support.tools import run_cli
+from scripts.support.models import SMALL_SHAPE
+from scripts.support.photos import normalised_photo, photo_path
+from scripts.support.tools import run_cli
 
 
 @pytest.fixture

@@ -67,7 +67,9 @@ def pull_main(ns: argparse.Namespace) -> int:
 
     out = resolve_models_dir(ns.out)
     meter = packs.Meter("download", lambda line: print(line, file=sys.stderr, flush=True))
-    manifest = packs.pull(ns.url, ns.sha256, out, meter)
+    manifest, downloaded = packs.pull(ns.url, ns.sha256, out, meter)
+    if not downloaded:
+        print(f"download: not needed: {out} holds that pack (every file checked)", file=sys.stderr)
     print(f"{out}: {packs.describe(manifest)}")
     return 0
 

@@ -86,7 +86,7 @@ def run_stages(models: Path, out: Path) -> None:
 
 
 def make_photos(out: Path) -> None:
-    from tests.support.photos import photo_path  # on the host only: the guest lacks skimage
+    from scripts.support.photos import photo_path  # on the host only: the guest lacks skimage
 
     out.mkdir(parents=True, exist_ok=True)
     for name in PHOTOS:

@@ -1,7 +1,7 @@
 /* kcount: a qemu-user TCG plugin that counts, between two markers the guest sets, how
  * often each translated block ran and how many guest instructions that was.
  *
- * scripts/arm/kernels.py (in the guest) sets the markers; scripts/arm/kernels.py
+ * scripts/support/kernels.py (in the guest) sets the markers; scripts/support/kernels.py
  * report (on the host) turns block addresses into symbols with the guest's own
  * /proc/self/maps and the libraries' ELF symbol tables. A function's calls are the runs
  * of the block that starts at its entry address (the micro-kernels' loops branch back

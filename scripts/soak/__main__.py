@@ -10,13 +10,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from scripts import soak as package
-from tests.support import ROOT
-
-from .report import plot, recheck, verdict
-from .rules import check
-from .run import Soak
-from .schedule import STORE_MIB, windows
+from scripts.support import ROOT
+from scripts.support import soak as package
+from scripts.support.soak.report import plot, recheck, verdict
+from scripts.support.soak.rules import check
+from scripts.support.soak.run import Soak
+from scripts.support.soak.schedule import STORE_MIB, windows
 
 
 def size(text: str) -> tuple[int, int]:
@@ -51,7 +50,7 @@ def soak_run(args: argparse.Namespace) -> int:
     """The run itself, in a private mount namespace: the report, its files, the verdict."""
     models = args.models
     if models is None:
-        from tests.support.models import build_small_models
+        from scripts.support.models import build_small_models
 
         models = build_small_models()
     out = args.out.resolve()

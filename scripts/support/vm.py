@@ -9,7 +9,7 @@ files) reaches it over 9p, a unit in the image runs it, writes its output and ex
 status back, and powers off. The VM never outlives ``run``: on a timeout qemu is killed
 and the console's last lines are in the failure. The image also has cloud-init, set up
 as Raspberry Pi OS trixie sets it up, for a first boot from a FAT ``bootfs`` partition
-(tests/support/fat.py makes one); other boots turn it off on the kernel command line.
+(scripts/support/fat.py makes one); other boots turn it off on the kernel command line.
 
 qemu runs with TCG, not KVM: this machine's ``/dev/kvm`` opens, but its instruction
 emulator stops Debian's kernel early ("KVM internal error ... emulation failure" on a
@@ -262,7 +262,7 @@ GUEST = Path(__file__).parent / "vm_guest"
 
 
 def guest(name: str) -> str:
-    """A shell program of tests/support/vm_guest: a job's run.sh is such programs one
+    """A shell program of scripts/support/vm_guest: a job's run.sh is such programs one
     after the other, after the variables they read (``variables``)."""
     return (GUEST / name).read_text()
 
@@ -334,7 +334,7 @@ def camera_shares(lay_out: bool = False) -> dict[str, Path]:
     return shares | {"deps": runtime_deps()} if lay_out else shares
 
 
-# From requirements/apt.txt; the last four for a first boot (overlay, tests/support/fat.py).
+# From requirements/apt.txt; the last four for a first boot (overlay, scripts/support/fat.py).
 TOOLS = (
     "qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv", "qemu-img", "mkfs.vfat", "mcopy",
     "fusefat",
@@ -478,6 +478,6 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-if __name__ == "__main__":  # python -m tests.support.vm: the image and picamera2, made ahead
+if __name__ == "__main__":  # python -m scripts.support.vm: the image and picamera2, made ahead
     image()
     picamera2_deps()

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge import follow, layout, procfs
-from tests.support import ROOT
-from tests.support.daemon import Notifications
+from edge import follow, layout
+from scripts.support import ROOT, processes
+from scripts.support.daemon import Notifications
 
 from .rules import Run
 from .sample import process_tree
@@ -166,9 +166,9 @@ status_every = 2.0
         # daemon ended, none may outlive it, or each restart would leave a model behind.
         workers = [p for p in self.tree if p != run.pid]
         deadline = time.monotonic() + 5.0
-        while any(map(procfs.alive, workers)) and time.monotonic() < deadline:
+        while any(map(processes.alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        run.orphans = [p for p in workers if procfs.alive(p)]
+        run.orphans = [p for p in workers if processes.alive(p)]
         self.event("end", pid=run.pid, how=how, exit_code=run.exit_code, orphans=run.orphans)
 
     def supervise(self, faults: list[Fault]) -> None:

@@ -1,5 +1,5 @@
 # The camera's set-up in the VM, and its parts: sourced into a job's run.sh
-# (tests/support/vm.py ``job``); the job's files are in /job.
+# (scripts/support/vm.py ``job``); the job's files are in /job.
 mkdir -p /job/frames /opt/picamera2 /opt/src
 mount -t 9p -o trans=virtio,version=9p2000.L,ro picamera2 /opt/picamera2
 mount -t 9p -o trans=virtio,version=9p2000.L,ro src /opt/src
@@ -12,9 +12,9 @@ virtual_camera() {
 }
 
 # picamera2 where a Pi's apt would put it (the venv sees the system's packages, and
-# python3-libcamera there), behind the test set-up's patches (tests/support/vm_picamera2).
+# python3-libcamera there), behind the test set-up's patches (scripts/support/vm_picamera2).
 # PY: the installer's venv.
-PYPATH=/opt/src/tests/support/vm_picamera2:/opt/picamera2
+PYPATH=/opt/src/scripts/support/vm_picamera2:/opt/picamera2
 PY=/opt/da3-edge/venv/bin/python
 
 # daemon FRAMES [WAIT]: the unit (re)started with the picamera2 config, until FRAMES

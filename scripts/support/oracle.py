@@ -2,7 +2,7 @@
 
 Run by the parity tests in the export environment (it needs torch):
 
-    python -m tests.support.oracle WEIGHTS_DIR INPUTS.npz OUTPUTS.npz
+    python -m scripts.support.oracle WEIGHTS_DIR INPUTS.npz OUTPUTS.npz
 
 It shares no code with ``edge``: it builds the network with depth_anything_3's
 ``create_object``, loads the release-layout safetensors itself, and runs the

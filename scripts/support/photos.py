@@ -3,7 +3,7 @@
 The photographs ship inside the scikit-image wheel (skimage/data/). ``make`` derives
 the variants the stills tests use, plus the inputs they must refuse:
 
-    python -m tests.support.photos OUTDIR
+    python -m scripts.support.photos OUTDIR
 
 good/: JPEG with EXIF orientation 6 (stored sideways), PNG with alpha, greyscale,
 CMYK JPEG, 16-bit greyscale PNG, palette PNG, 16:9 and 9:16 and 4:3 and 3:4 crops.

@@ -1,7 +1,7 @@
 """The real daemon with FakeCores in place of LiteRT, for the tests of what reads its
 store (serve, publish) where the model is not the subject:
 
-    python -m tests.support.fakedaemon --config FILE [--max-frames N]
+    python -m scripts.support.fakedaemon --config FILE [--max-frames N]
 
 Everything but the core is the daemon's own (``edge.daemon.Daemon``: capture, the
 inference scheduling, the writer through ``FrameStore``, status.json, sd_notify,

@@ -3,7 +3,7 @@
 process's view of a store or a socket): each one a function here, run from the
 checkout as
 
-    python -m tests.support.children NAME [ARG...]
+    python -m scripts.support.children NAME [ARG...]
 
 by ``run`` (any Python: this one, the export environment's, the aarch64 root's). The
 module imports nothing at the top but the standard library, so a child's imports are
@@ -33,7 +33,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """The child ``name`` in a fresh ``python`` (``env``: the whole environment when
     given), from the checkout; exit code, stdout and stderr as text."""
-    argv = [str(python), "-m", "tests.support.children", name, *map(str, args)]
+    argv = [str(python), "-m", "scripts.support.children", name, *map(str, args)]
     return subprocess.run(
         argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout, check=False
     )
@@ -279,7 +279,7 @@ def same_keys(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in CHILDREN:
-        print(f"usage: python -m tests.support.children {{{','.join(CHILDREN)}}} [ARG...]",
+        print(f"usage: python -m scripts.support.children {{{','.join(CHILDREN)}}} [ARG...]",
               file=sys.stderr)  # fmt: skip
         return 2
     return CHILDREN[argv[0]](argv[1:])

@@ -50,7 +50,7 @@ class Notifications:
 
 
 RUN = ("-m", "edge", "run")
-FAKE_CORES = ("-m", "tests.support.fakedaemon")
+FAKE_CORES = ("-m", "scripts.support.fakedaemon")
 
 
 class DaemonProcess:
@@ -65,7 +65,7 @@ class DaemonProcess:
         uid: int | None = None,
     ) -> None:
         """``python COMMAND ARGS``: the daemon (``da3-edge run``), or with
-        ``command=FAKE_CORES`` the same daemon with FakeCores (tests.support.fakedaemon);
+        ``command=FAKE_CORES`` the same daemon with FakeCores (scripts.support.fakedaemon);
         with ``uid``, as that user (``setpriv``: CI runs as root, where permissions
         prove nothing), which must be able to reach ``tmp`` and what the config names."""
         self.notify = Notifications(tmp / "notify.sock")
@@ -209,7 +209,7 @@ def daemon(
 ) -> DaemonProcess:  # fmt: skip
     """The daemon on ``source`` writing ``store_dir``, in a directory of its own under
     ``tmp`` (one per start); ``sections`` add to its config (``write_config``). With a
-    folder ``edge.fakecore.fake_models`` wrote it runs FakeCores (tests.support.
+    folder ``edge.fakecore.fake_models`` wrote it runs FakeCores (scripts.support.
     fakedaemon: for tests of what reads the store), with exported models LiteRT
     (``da3-edge run``)."""
     from edge.fakecore import FAKE_WEIGHTS

@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from edge import procfs
-from tests.support.daemon import frame_dirs
+from scripts.support.daemon import frame_dirs
+from scripts.support.processes import fds
+from scripts.support.processes import parents as parents_of
 
 FD_READINGS, FD_GAP_S = 3, 0.1
 
 
 def open_fds(pids: list[int]) -> set[tuple[int, int, str]]:
     """(pid, fd, target) of every descriptor the processes hold now."""
-    return {(pid, fd, target) for pid in pids for fd, target in procfs.fds(pid).items()}
+    return {(pid, fd, target) for pid in pids for fd, target in fds(pid).items()}
 
 
 def held_fds(pids: list[int]) -> tuple[set[tuple[int, int, str]], list[str]]:
@@ -34,7 +36,7 @@ def held_fds(pids: list[int]) -> tuple[set[tuple[int, int, str]], list[str]]:
 
 def process_tree(root: int) -> list[int]:
     """``root`` and its descendants (the core workers)."""
-    parents = procfs.parents()
+    parents = parents_of()
     tree, frontier = [root], [root]
     while frontier:
         frontier = [p for p, pp in parents.items() if pp in frontier]

@@ -129,7 +129,7 @@ def build_full_models() -> Path:
 
 
 if __name__ == "__main__":
-    # python -m tests.support.models {small,vm,vm-pack,full}...: built (or reused) in that
+    # python -m scripts.support.models {small,vm,vm-pack,full}...: built (or reused) in that
     # order, each folder printed on a line of its own
     builders = {"small": build_small_models, "vm": build_vm_models,
                 "vm-pack": build_vm_pack_models, "full": build_full_models}  # fmt: skip

@@ -1,7 +1,7 @@
 """The PyTorch contender: DA3-small as its own package runs it, one still in a fresh
 process (run in the export environment, from the checkout)::
 
-    python -m scripts.compare_pytorch.baseline WEIGHTS IMAGE OUT.png THREADS SIZE [forward]
+    python -m scripts.support.compare_pytorch.baseline WEIGHTS IMAGE OUT.png THREADS SIZE [forward]
 
 The network built with depth_anything_3's ``create_object``, weights from the release's
 safetensors, DA3's own preprocessing (its ``InputProcessor``, ``process_res`` SIZE), a plain fp32 forward
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     import numpy as np
     import torch
 
-    from scripts.reference_preprocess import ensure_torchvision
+    from scripts.support.reference_preprocess import ensure_torchvision
 
     ensure_torchvision()
     from depth_anything_3.cfg import create_object, load_config

@@ -9,11 +9,11 @@ libcamera() {
     echo "heaps: $(ls /dev/dma_heap) udmabuf: $(ls /dev/udmabuf)"
     uname -r
     cam --list
-    python3 /opt/src/tests/support/vm_guest/capture.py "$W" "$H"
+    python3 /opt/src/scripts/support/vm_guest/capture.py "$W" "$H"
 }
 
 source() {
-    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 $PY /opt/src/tests/support/vm_guest/source.py \
+    PYTHONPATH=$PYPATH PYTHONDONTWRITEBYTECODE=1 $PY /opt/src/scripts/support/vm_guest/source.py \
         "$W" "$H" "$SMALL" "$@"
 }
 

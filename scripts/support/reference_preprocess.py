@@ -3,7 +3,7 @@
 
 Run in the export environment (torch, depth-anything-3, opencv-python-headless):
 
-    .venv-export/bin/python -m scripts.reference_preprocess INPUTS.npz OUTPUTS.npz [SIZE]
+    .venv-export/bin/python -m scripts.support.reference_preprocess INPUTS.npz OUTPUTS.npz [SIZE]
 
 INPUTS.npz holds (H, W, 3) uint8 RGB arrays; OUTPUTS.npz gets, under the same keys,
 the (3, h, w) float32 tensors DA3 feeds its network (``upper_bound_resize`` to SIZE,

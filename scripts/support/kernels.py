@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Which micro-kernels one forward runs on the emulated Cortex-A76, per precision.
 
-    python -m scripts.arm.kernels run MODELS OUT [--configs fp32,fp16,int8,stages]   # in the arm64 root,
+    python -m scripts.support.kernels run MODELS OUT [--configs fp32,fp16,int8,stages]   # in the arm64 root,
                      # under qemu-aarch64 -plugin kcount.so,out=OUT/counts.txt (arm-lane.sh)
-    python -m scripts.arm.kernels report OUT... --root ROOT [--json FILE]   # on the host: name the code
-    python -m scripts.arm.kernels check FILE [--cpu a76|i8mm|sme]   # the lane's rule: int8 reaches KleidiAI
-    python -m scripts.arm.kernels table FILE         # the markdown table docs/arm.md carries
+    python -m scripts.support.kernels report OUT... --root ROOT [--json FILE]   # on the host: name the code
+    python -m scripts.support.kernels check FILE [--cpu a76|i8mm|sme]   # the lane's rule: int8 reaches KleidiAI
+    python -m scripts.support.kernels table FILE         # the markdown table docs/arm.md carries
 
 ``run`` opens each core the way da3-edge does (``edge.core.Core``, one thread), runs
 one forward to warm it, then one more between two markers that scripts/arm/kcount.c

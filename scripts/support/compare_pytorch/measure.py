@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from edge import bench
-from tests.support import ROOT
+from scripts.support import ROOT
+from scripts.support.replay import (
+    counting_config,
+    daemon_summary,
+    replay_daemon,
+    replay_photos,
+    tmpfs_dir,
+)
 
 
 def core_latency(
@@ -118,16 +125,14 @@ def daemon_fps(
     the frames written after ``warmup``, from the store's own frame.json timestamps. With
     ``workers`` > 1 (``model.workers``), the ``threads`` are shared among the workers;
     ``size``: ``model.size``."""
-    replay = bench.replay_photos(work / "replay")
+    replay = replay_photos(work / "replay")
     # The store on a tmpfs, as the daemon's default store is (/run/da3-edge, systemd's
     # RuntimeDirectory) when one is at hand; else the work directory (said in the JSON).
-    tmpfs = bench.tmpfs_dir()
+    tmpfs = tmpfs_dir()
     store = Path(tempfile.mkdtemp(prefix="da3-compare-store-", dir=tmpfs or work)) / "store"
-    config = bench.counting_config(
-        work / "daemon.toml", warmup + frames, workers=workers, size=size
-    )
+    config = counting_config(work / "daemon.toml", warmup + frames, workers=workers, size=size)
     try:
-        records = bench.replay_daemon(
+        records = replay_daemon(
             replay, store, models, config=config, fps=fps, frames=warmup + frames,
             python=str(python), threads=max(1, threads // workers),
         )  # fmt: skip
@@ -135,7 +140,7 @@ def daemon_fps(
         shutil.rmtree(store.parent, ignore_errors=True)
     return {
         "replay_fps": fps,
-        **bench.daemon_summary(records, warmup),
+        **daemon_summary(records, warmup),
         "store": "tmpfs" if tmpfs else "disk",
     }
 
