@@ -105,7 +105,23 @@ Frames then appear in /run/da3-edge. Check with: systemctl status da3-edge;
 EOF
 }
 
+MODELS_BEFORE=""  # the models this run replaced, until the run stands (put_back)
+CONFIG_BEFORE=""  # the config this run replaced, likewise
+put_back() {  # a run that does not stand leaves the models and config as they were
+    local models=$MODELS_BEFORE config=$CONFIG_BEFORE
+    MODELS_BEFORE="" CONFIG_BEFORE=""
+    if [ -n "$models" ] && [ -d "$models" ]; then
+        rm -rf "$MODELS"
+        mv -T "$models" "$MODELS"
+        echo "$PROG: the models before this run are back in $MODELS" >&2
+    fi
+    if [ -n "$config" ] && [ -f "$config" ]; then
+        install -m 0644 "$config" "$CONFIG"
+        echo "$PROG: the config before this run is back in $CONFIG" >&2
+    fi
+}
 die() {
+    put_back
     echo "$PROG: error: $*" >&2
     exit 1
 }
@@ -126,7 +142,7 @@ note() { echo "    $*"; }
 
 # A command that fails under `set -e` ends the run with one line naming the step.
 # shellcheck disable=SC2154  # rc is assigned inside the trap
-trap 'rc=$?; echo "$PROG: error: step \"$STEP\" failed (exit $rc); see the output above" >&2; exit $rc' ERR
+trap 'rc=$?; put_back; echo "$PROG: error: step \"$STEP\" failed (exit $rc); see the output above" >&2; exit $rc' ERR
 
 FROM=""
 CONFIG_FILE=""
@@ -286,6 +302,7 @@ PULLED=$CACHE/installer/models-pull  # root's: --models-url lands here, then is 
 HOLD=""  # a root-only folder the models of an older install are moved into
 NEW=""  # the venv this run installs into; removed on a failure unless it is in service
 cleanup() {
+    put_back
     rm -rf "$TMP" "$OPT"/.models-new.* "$OPT/.venv-link" "$PULLED" ${HOLD:+"$HOLD"}
     if [ -n "$NEW" ] && [ "$NEW" != "$(readlink -f "$VENV")" ] && [ "$NEW" != "${CUR:-}" ]; then
         rm -rf "$NEW"
@@ -638,10 +655,11 @@ if [ -n "$NEW_MODELS" ]; then
         # the service user: LiteRT parses files that came from elsewhere, not as root.
         as_service "$NEW/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
         if [ -d "$MODELS" ]; then
-            old="$OPT/.models-old.$$"
-            mv -T "$MODELS" "$old"
-            mv -T "$stage" "$MODELS" || { mv -T "$old" "$MODELS"; die "cannot move the new models into place"; }
-            rm -rf "$old"
+            # Kept until the run stands: a later step's failure, or a rollback, puts it back.
+            rm -rf "$OPT"/.models-old.*  # a run cut short left it; the models in place stay
+            MODELS_BEFORE="$OPT/.models-old.$$"
+            mv -T "$MODELS" "$MODELS_BEFORE"
+            mv -T "$stage" "$MODELS" || die "cannot move the new models into place"
         else
             mv -T "$stage" "$MODELS"
         fi
@@ -674,6 +692,7 @@ if [ -n "$CONFIG_FILE" ]; then
     else
         if [ -e "$CONFIG" ]; then
             cp -p "$CONFIG" "$CONFIG.old"
+            CONFIG_BEFORE=$CONFIG.old
             note "the previous config kept as $CONFIG.old"
         fi
         install -m 0644 "$CONFIG_FILE" "$CONFIG"
@@ -774,6 +793,7 @@ step "service"
 restart_within() {
     systemctl reset-failed "$1" 2>/dev/null || true
     SINCE=$(date '+%Y-%m-%d %H:%M:%S')
+    STARTED=$SECONDS
     timeout "$READY_TIMEOUT" systemctl restart "$1" && systemctl is-active --quiet "$1"
 }
 why_down() {  # how a unit's last start ended, and what its program said of it since
@@ -786,17 +806,21 @@ why_down() {  # how a unit's last start ended, and what its program said of it s
     echo "$1: ${result:-no result}${status:+ (exit status $status)}${log:+: $log}"
 }
 RESTARTED=()
-rollback() {  # the venv and units this run replaced back in service, then the line why
+rollback() {  # the venv, units, models and config this run replaced back, then the line why
+    local waited=$((SECONDS - STARTED)) how
+    how="it failed after $waited s"
+    [ "$waited" -lt "$READY_TIMEOUT" ] || how="not up within $READY_TIMEOUT s, --ready-timeout"
     point "$VENV" "$PREVIOUS"
     for unit in "${UNITS[@]}"; do
         [ ! -f "$TMP/units-before/$unit.service" ] \
             || install -m 0644 "$TMP/units-before/$unit.service" "$UNIT_DIR/$unit.service"
     done
+    put_back
     systemctl daemon-reload
     for unit in "${RESTARTED[@]}"; do
         restart_within "$unit" || echo "$PROG: warning: after the rollback, $(why_down "$unit")" >&2
     done
-    die "rolled back to $(basename "$PREVIOUS"): the new da3-edge did not come up within $READY_TIMEOUT s ($1)"
+    die "rolled back to $(basename "$PREVIOUS"): the new da3-edge did not come up ($how): $1"
 }
 up() {  # up UNIT start|restart; a switched venv is given --ready-timeout, or rolled back
     RESTARTED+=("$1")
@@ -844,8 +868,11 @@ else
     systemctl --no-pager --lines=0 status da3-edge da3-edge-serve | sed 's/^/    /' || true
 fi
 
-# The switch stands: the venv before it stays (venv-before); any other venv (older, or
-# one cut short) goes.
+# The run stands: the models and config it replaced go (the config's copy stays as
+# .old); the venv before the switch stays (venv-before); any other venv (older, or one
+# cut short) goes.
+[ -z "$MODELS_BEFORE" ] || rm -rf "$MODELS_BEFORE"
+MODELS_BEFORE="" CONFIG_BEFORE=""
 if [ -n "$PREVIOUS" ]; then
     point "$VENV_BEFORE" "$PREVIOUS"
     note "the one before kept: $VENV_BEFORE -> venvs/$(basename "$PREVIOUS")"

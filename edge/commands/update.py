@@ -6,7 +6,8 @@ The work is the new wheel's own installer (``edge/data/deploy/scripts/install-pi
 in it): a venv of its own beside the running one, the start-up checks with it, then
 the switch and the units restarted; the old venv and units are back in one step when
 the daemon does not reach READY in time. The config, credentials, models and store
-stay. See docs/how-to/raspberry-pi.md (Later).
+stay; models brought with ``--models`` are put back with the rest on a rollback. See
+docs/how-to/raspberry-pi.md (Later).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--models",
         metavar="DIR|URL",
-        help="also replace the models: a model directory, or a pack's URL (`da3-edge models "
-        "pack`) with --models-sha256",
+        help="also replace the models (put back if the update is rolled back): a model "
+        "directory, or a pack's URL (`da3-edge models pack`) with --models-sha256",
     )
     p.add_argument("--models-sha256", metavar="HEX", help="with --models URL: the pack's SHA-256")
     p.add_argument(

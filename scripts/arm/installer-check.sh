@@ -338,6 +338,29 @@ PY
     check "a venv cut short (no pip): a new one made beside it, and it removed" remade
     in_root dpkg --purge hello >/dev/null
 
+    # 5d. A run that fails after it replaced the models (here: at the config step, a
+    # config refused) puts them back: models and config as before, byte for byte.
+    kept() { (cd "$ROOT/etc/da3-edge" && sha256sum da3-edge.toml; cd "$ROOT/opt/da3-edge/models" && sha256sum ./*); }
+    other=$ROOT/tmp/models-other
+    mkdir -p "$other"
+    cp "$ROOT"/opt/da3-edge/models/*.tflite "$ROOT"/opt/da3-edge/models/*.pte "$other/"
+    python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=1)' \
+        "$ROOT/opt/da3-edge/models/manifest.json" "$other/manifest.json"
+    printf '[model]\nsize = 9999\n' >"$ROOT/tmp/refused.toml"
+    kept >"$WORK/kept.6d"
+    if install_run run6d --from "/mnt/dist/$WHEEL" --models /tmp/models-other --config /tmp/refused.toml; then
+        bad "a config refused after new models: accepted"
+    else
+        put_back_seen() {
+            grep -q "^install-pi.sh: the models before this run are back in /opt/da3-edge/models$" "$WORK/run6d.err" \
+                && grep -qx '    installed' "$WORK/run6d.out" \
+                && [ "$(tail -n 1 "$WORK/run6d.err" | cut -c1-21)" = "install-pi.sh: error:" ]
+        }
+        check "a run that fails after it replaced the models says it put them back, and ends on its error" put_back_seen
+        check "... and the models and config are as before (SHA-256)" cmp -s "$WORK/kept.6d" <(kept)
+    fi
+    rm -rf "$other" "$ROOT/tmp/refused.toml"
+
     # 6. The ExecuTorch runner cannot be built (here: a compiler that fails): the install
     # ends with --require-executorch, and finishes without it, saying so in one line;
     # doctor then says why and how to retry. A normal run builds it again.
@@ -369,7 +392,6 @@ PY
     # the one before kept as venv-before; config and models untouched. Back to the first
     # wheel: a third venv, and the oldest goes (two kept).
     venv_now() { readlink "$ROOT/opt/da3-edge/venv"; }
-    kept() { (cd "$ROOT/etc/da3-edge" && sha256sum da3-edge.toml; cd "$ROOT/opt/da3-edge/models" && sha256sum ./*); }
     # First as an install made before venvs/ left it: the venv a folder in place.
     in_root sh -c 'cd /opt/da3-edge && t=$(readlink venv) && rm -f venv venv-before && mv "$t" venv'
     kept >"$WORK/kept.before"

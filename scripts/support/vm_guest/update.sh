@@ -1,7 +1,8 @@
 # Boot 2, after check.sh (its snapshot taken): `da3-edge update` as the owner runs it
 # over SSH, from wheels the host made (/job/wheels): the next version, which must keep
 # /etc/da3-edge (config, credentials) and the models (SHA-256 before and after) and
-# write frames; then one whose daemon exits before READY, rolled back; then refusals
+# write frames; then one whose daemon exits before READY, with models, rolled back (the
+# models before it back); then refusals
 # (the first version again, a wrong hash). Set before it: VM_USER, READY_S,
 # FRAME_WAIT_S, NEXT, BROKEN, FIRST (the wheels' names).
 out=/job
@@ -34,7 +35,14 @@ done
 echo "newer frames: $(find /run/da3-edge/frames -mindepth 1 -maxdepth 1 -newer /tmp/updated | wc -l), waited $n s" \
     >$out/update-frames.txt
 mark "a frame of the next version, or the deadline (waited $n s)"
-update_as_owner broken /job/wheels/$BROKEN --ready-timeout $READY_S
+# The broken one brings models too (the same, the manifest written again: other bytes);
+# its rollback puts the models before it back.
+mkdir -p /tmp/models-other
+cp /opt/da3-edge/models/*.tflite /opt/da3-edge/models/*.pte /tmp/models-other/
+python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=1)' \
+    /opt/da3-edge/models/manifest.json /tmp/models-other/manifest.json
+update_as_owner broken /job/wheels/$BROKEN --ready-timeout $READY_S --models /tmp/models-other
+kept >$out/update-kept-broken.txt
 update_as_owner older /job/wheels/$FIRST
 update_as_owner wronghash /job/wheels/$NEXT --sha256 "$(printf '0%.0s' $(seq 64))"
 journalctl -u da3-edge -b --no-pager -o cat | tail -n 40 >$out/update-journal.txt
