@@ -707,6 +707,24 @@ else
 fi
 DA3_EDGE_MODELS=$MODELS "$NEW/bin/da3-edge" run --config "$CONFIG" --check-config | sed 's/^/    /'
 
+if [ "$NEW" != "$CUR" ] && [ -n "$CUR" ] && [ -f "$MODELS/manifest.json" ]; then
+    # Before anything of the version in service is replaced (its units, its venv link):
+    # the new version's own doctor, as the service user (its LiteRT loads one of the
+    # models), with a store of its own. A blocking problem ends the run here.
+    step "doctor (the new version)"
+    doctor_store=$(mktemp -d /tmp/da3-edge-doctor.XXXXXX)
+    chown "$USER_NAME:" "$doctor_store"
+    if ! as_service "$NEW/bin/da3-edge" doctor --models "$MODELS" --store "$doctor_store" \
+        >"$TMP/doctor.txt" 2>&1; then
+        rm -rf "$doctor_store"
+        sed 's/^/    /' "$TMP/doctor.txt"
+        problem=$(grep -m 1 '^FAIL' "$TMP/doctor.txt" | sed 's/^FAIL  *//; s/   */: /' || true)
+        die "the new da3-edge's doctor found a blocking problem (${problem:-see above}): not switched, $(basename "$CUR") stays in service"
+    fi
+    rm -rf "$doctor_store"
+    note "the new version's doctor: $(tail -n 1 "$TMP/doctor.txt")"
+fi
+
 if [ -n "$SERVE_USERS" ]; then
     step "serve on the LAN"
     SERVE_USERS_USER=$(cut -d: -f1 "$SERVE_USERS")

@@ -673,6 +673,7 @@ def test_update_keeps_config_and_models_and_rolls_back_a_daemon_that_cannot_star
     out = text(second, "update-start.txt")
     print(out[-3000:])
     assert rc(second, "update-start") == 0, out
+    assert "the new version's doctor: ready" in out, out
     after = update_state(second, "start")
     print(after)
     assert after["version"] == f"da3-edge {nxt}" and after["active"] == "active active", after

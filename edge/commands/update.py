@@ -3,9 +3,10 @@
 What refuses an update is checked here, before anything changes: root, the wheel's
 SHA-256, its Python tags and Requires-Python, its version (no downgrade unless asked).
 The work is the new wheel's own installer (``edge/data/deploy/scripts/install-pi.sh``
-in it): a venv of its own beside the running one, the start-up checks with it, then
-the switch and the units restarted; the old venv and units are back in one step when
-the daemon does not reach READY in time. The config, credentials, models and store
+in it): a venv of its own beside the running one, the start-up checks and its own
+``doctor`` with it (a blocking problem: nothing switched), then the switch and the
+units restarted; the old venv and units are back in one step when the daemon does not
+reach READY in time. The config, credentials, models and store
 stay; models brought with ``--models`` are put back with the rest on a rollback. See
 docs/how-to/raspberry-pi.md (Later).
 """
@@ -33,7 +34,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="da3-edge update",
         description="Install another da3-edge wheel on this machine, as root: beside the "
-        "running version, checked with the installed config and models before the switch; "
+        "running version, checked with the installed config and models and by its own doctor "
+        "before the switch; "
         "the units are restarted, and the running version comes back in one step when the "
         "daemon does not reach READY in time. /etc/da3-edge, the models and the store stay.",
     )

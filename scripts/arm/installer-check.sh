@@ -337,6 +337,8 @@ PY
     }
     check "a venv cut short (no pip): a new one made beside it, and it removed" remade
     in_root dpkg --purge hello >/dev/null
+    venv_now() { readlink "$ROOT/opt/da3-edge/venv"; }
+    venv_state() { echo "$(venv_now) $(ls "$ROOT/opt/da3-edge/venvs" | tr '\n' ' ')$(in_root /opt/da3-edge/venv/bin/da3-edge --version 2>&1)"; }
 
     # 5d. A run that fails after it replaced the models (here: at the config step, a
     # config refused) puts them back: models and config as before, byte for byte.
@@ -388,10 +390,27 @@ PY
     check "the runner built again by the next install" test -f "$ROOT$et_dir/runner.so" \
         -a ! -e "$ROOT$et_dir.failed"
 
+    # 6c. A new version whose own doctor finds a blocking problem (here: shown a Pi 4's
+    # CPU, whose lack of LSE atomics LiteRT cannot run on) is not switched to: one line
+    # why, the venv in service and its version as they were, the new venv gone.
+    if [ "$(uname -m)" != aarch64 ]; then
+        before=$(venv_state)
+        mount --bind "$SNAP/scripts/arm/cpuinfo-pi4.txt" "$ROOT/proc/cpuinfo"
+        if install_run run9b --from "/mnt/dist/next/$NEXT"; then
+            bad "a new version whose doctor fails: switched to"
+        else
+            refused() {
+                tail -n 1 "$WORK/run9b.err" | grep -q "^install-pi.sh: error: the new da3-edge's doctor found a blocking problem (litert: ai-edge-litert .*lacks Armv8.1 atomics.*): not switched, .* stays in service$"
+            }
+            check "a new version whose doctor fails: refused in one line naming the problem" refused
+            check "... the venv in service, its version and the venvs as before ($before)" test "$(venv_state)" = "$before"
+        fi
+        umount "$ROOT/proc/cpuinfo"
+    fi
+
     # 6d. A new version beside the one in service: a venv of its own, the link switched,
     # the one before kept as venv-before; config and models untouched. Back to the first
     # wheel: a third venv, and the oldest goes (two kept).
-    venv_now() { readlink "$ROOT/opt/da3-edge/venv"; }
     # First as an install made before venvs/ left it: the venv a folder in place.
     in_root sh -c 'cd /opt/da3-edge && t=$(readlink venv) && rm -f venv venv-before && mv "$t" venv'
     kept >"$WORK/kept.before"
