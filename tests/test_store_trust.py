@@ -27,7 +27,7 @@ from edge.publish import Publisher
 from scripts.support import ROOT
 from scripts.support.serve import serving
 from scripts.support.store import frame, store
-from scripts.support.tools import run_cli
+from scripts.support.tools import run_cli, world_readable
 
 SECRET = b"the service user's private key: -----BEGIN PRIVATE KEY----- 42"
 
@@ -187,6 +187,54 @@ def test_an_untrusted_store_is_refused_at_start(tmp_path: Path, kind: str, comma
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("da3-edge: error: store "), proc.stderr
     assert UNSAFE[kind] in lines[0]
+
+
+def as_user(uid: int, gid: int, groups: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``da3-edge ARGV`` as ``uid``, primary group ``gid``, supplementary ``groups`` (setpriv:
+    CI runs as root, whom no permission stops); TimeoutExpired if still running at 60 s."""
+    command = ["setpriv", f"--reuid={uid}", f"--regid={gid}",
+               f"--groups={groups}" if groups else "--clear-groups"]  # fmt: skip
+    return subprocess.run(
+        [*command, sys.executable, "-m", "edge", *argv],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_store_shared_through_a_group_not_its_owners_is_refused() -> None:
+    """Another user (Debian's bin) leaves a store of its own frames in a group it shares
+    with the reader (users): serve, as nobody in users, refuses it at start in one line
+    instead of handing them out. The daemon's way, a store shared through its owner's own
+    group (daemon:daemon here, as da3-edge:da3-edge on a Pi), with the reader in that
+    group: doctor reads it. So does serve's view under its unit's private user namespace
+    (the daemon unmapped, shown as the overflow uid 65534, through serve's own primary
+    group), stood in for by nobody's store in the reader's primary group."""
+    with world_readable() as base:
+        roots = {}
+        owners = {"shared": (2, 100), "own": (1, 1), "unmapped": (65534, 1)}
+        for name, (uid, gid) in owners.items():
+            (base / name).mkdir(mode=0o755)
+            roots[name] = store(base / name)
+            for path in [roots[name], *roots[name].rglob("*")]:
+                os.lchown(path, uid, gid)
+            os.chmod(roots[name], 0o750)
+        try:
+            serve = ("serve", "--store", str(roots["shared"]), "--port", "0")
+            refused = as_user(65534, 65534, "100", *serve)
+        except subprocess.TimeoutExpired:
+            pytest.fail("serve started on a store another user shares through group users")
+        doctor = ("doctor", "--json", "--models", str(base), "--store")
+        read = [as_user(65534, 65534, "1", *doctor, str(roots["own"])),
+                as_user(2, 1, "", *doctor, str(roots["unmapped"]))]  # fmt: skip
+    print(refused.stderr)
+    assert refused.returncode == 1 and refused.stderr.splitlines() == [
+        f"da3-edge: error: store {roots['shared']} belongs to uid 2 through gid 100, a group "
+        "that is not that user's own (any member could have made it): use a store of your "
+        "own, or one shared through its owner's own group (as da3-edge:da3-edge)"
+    ]
+    for proc in read:
+        check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "store")
+        print(check)
+        assert check["status"] == "ok" and check["detail"].endswith("readable here"), check
 
 
 def test_no_private_place_for_the_store_is_an_error_not_tmp(tmp_path: Path) -> None:
