@@ -9,6 +9,7 @@ answering real requests, its files and memory bounded. docs/reference/security.m
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import http.client
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -458,3 +460,72 @@ def test_plain_stream_readers_leave_slots_for_the_page(tmp_path: Path) -> None:
             close_all(socks)
     print(f"eight streams from one address: {codes}; then /events: {events_code}")
     assert codes == [200, 200] + [503] * 6 and events_code == 200
+
+
+class _Transport(asyncio.Transport):
+    """What H11Protocol writes to, in memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out, self.closing = b"", False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out += bytes(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    abort = close
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def test_the_uvicorn_state_serves_limits_read_is_where_they_read_it() -> None:
+    """edge/serve/limits.py overrides H11Protocol's methods and reads its private state:
+    ``connections`` (the server's set), ``loop``, ``transport``, ``cycle`` (None between
+    requests) and the cycle's ``response_complete``. pyproject.toml pins uvicorn to the
+    range this passes on: a uvicorn that moves them fails here, not serve on a Pi."""
+    from uvicorn.config import Config
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.server import ServerState
+
+    async def app(scope: object, receive: object, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def one_request() -> None:
+        config = Config(app=app, log_config=None)
+        config.load()
+        state = ServerState()
+        proto = H11Protocol(config=config, server_state=state, app_state={},
+                            _loop=asyncio.get_running_loop())  # fmt: skip
+        transport = _Transport()
+        proto.connection_made(transport)
+        assert proto.connections is state.connections and proto in proto.connections
+        assert proto.transport is transport and proto.loop is asyncio.get_running_loop()
+        assert proto.cycle is None
+        proto.data_received(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert proto.cycle is not None and proto.cycle.response_complete is False
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if proto.cycle.response_complete:
+                break
+        assert proto.cycle.response_complete, transport.out
+        assert transport.out.startswith(b"HTTP/1.1 204 ")
+        for name in ("data_received", "on_response_complete", "pause_writing",
+                     "resume_writing", "connection_lost"):  # fmt: skip
+            assert callable(getattr(H11Protocol, name)), name
+        proto.connection_lost(None)
+        assert proto not in state.connections
+
+    asyncio.run(one_request())
