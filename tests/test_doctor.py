@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from scripts.support import ROOT
-from scripts.support.tools import run_cli, tmpfs, world_readable
+from scripts.support.tools import as_user, run_cli, tmpfs, world_readable
 
 
 def test_ready_with_models_and_a_writable_store(small_models: Path, tmp_path: Path) -> None:
@@ -96,12 +93,8 @@ def test_a_store_another_users_daemon_writes(readable: bool, tmp_path: Path) -> 
         store = base / "store"
         store.mkdir(mode=0o750)
         os.chown(store, 0, nobody if readable else 0)
-        proc = subprocess.run(
-            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
-             sys.executable, "-m", "edge", "doctor", "--json",
-             "--models", str(base / "none"), "--store", str(store)],
-            capture_output=True, text=True, cwd=ROOT, check=False,
-        )  # fmt: skip
+        proc = as_user(nobody, nobody, "", "doctor", "--json",
+                       "--models", str(base / "none"), "--store", str(store))  # fmt: skip
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     print(checks["store"])
     if readable:

@@ -16,7 +16,6 @@ import http.client
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,10 +23,9 @@ import pytest
 
 from edge.config import MqttConfig
 from edge.publish import Publisher
-from scripts.support import ROOT
 from scripts.support.serve import serving
 from scripts.support.store import frame, store
-from scripts.support.tools import run_cli, world_readable
+from scripts.support.tools import as_user, run_cli, world_readable
 
 SECRET = b"the service user's private key: -----BEGIN PRIVATE KEY----- 42"
 
@@ -189,17 +187,6 @@ def test_an_untrusted_store_is_refused_at_start(tmp_path: Path, kind: str, comma
     assert UNSAFE[kind] in lines[0]
 
 
-def as_user(uid: int, gid: int, groups: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """``da3-edge ARGV`` as ``uid``, primary group ``gid``, supplementary ``groups`` (setpriv:
-    CI runs as root, whom no permission stops); TimeoutExpired if still running at 60 s."""
-    command = ["setpriv", f"--reuid={uid}", f"--regid={gid}",
-               f"--groups={groups}" if groups else "--clear-groups"]  # fmt: skip
-    return subprocess.run(
-        [*command, sys.executable, "-m", "edge", *argv],
-        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
-    )  # fmt: skip
-
-
 def test_a_store_shared_through_a_group_not_its_owners_is_refused() -> None:
     """Another user (Debian's bin) leaves a store of its own frames in a group it shares
     with the reader (users): serve, as nobody in users, refuses it at start in one line
@@ -245,25 +232,7 @@ def test_no_private_place_for_the_store_is_an_error_not_tmp(tmp_path: Path) -> N
         for k, v in os.environ.items()
         if k not in ("XDG_RUNTIME_DIR", "DA3_EDGE_STORE", "RUNTIME_DIRECTORY")
     }
-    proc = subprocess.run(
-        [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            sys.executable,
-            "-m",
-            "edge",
-            "serve",
-            "--port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=60,
-    )
+    proc = as_user(65534, 65534, "", "serve", "--port", "0", env=env)
     print(proc.stderr)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [

@@ -22,7 +22,7 @@ from edge import deploy
 from edge.errors import DeployError
 from edge.version import version
 from scripts.support import ROOT
-from scripts.support.tools import run_cli
+from scripts.support.tools import as_user, run_cli
 
 # The installer's stand-in: its arguments, the installer it was given (copied), and
 # the mode of the folder the wheel was copied into.
@@ -204,10 +204,6 @@ def test_update_refusals_are_one_line(
 def test_update_refuses_a_user_who_is_not_root(tmp_path: Path, wheel: Path) -> None:
     """As nobody (setpriv): root's own refusal cannot be seen as root."""
     tmp_path.chmod(0o755)
-    proc = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-m", "edge", "update", str(wheel)],
-        capture_output=True, text=True, cwd="/", check=False,
-    )  # fmt: skip
+    proc = as_user(65534, 65534, "", "update", str(wheel), cwd="/")
     assert proc.returncode == 1
     assert proc.stderr.strip() == "da3-edge: error: run as root: sudo da3-edge update ..."

@@ -116,6 +116,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def as_user(
+    uid: int, gid: int, groups: str, *argv: str, cwd: Path | str = ROOT,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``da3-edge ARGV`` as ``uid``, primary group ``gid``, supplementary ``groups`` (comma
+    separated, or none): setpriv, since CI runs as root, whom no permission stops.
+    TimeoutExpired if it still runs at 60 s."""
+    command = ["setpriv", f"--reuid={uid}", f"--regid={gid}",
+               f"--groups={groups}" if groups else "--clear-groups"]  # fmt: skip
+    return subprocess.run(
+        [*command, sys.executable, "-m", "edge", *argv],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=60, check=False,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
 def world_readable() -> Iterator[Path]:
     """A folder another user can reach (pytest's tmp_path is root's, 0700), for what
