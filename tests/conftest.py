@@ -24,6 +24,19 @@ from scripts.support.models import (
 from scripts.support.photos import make, normalised_photo
 from scripts.support.tools import skip_or_fail
 
+# What these fixtures build needs the export environment (torch) or the ExecuTorch
+# runtime: a test that uses one, even through another fixture, is marked ``models``, so
+# the quick lane (scripts/check --quick) leaves it out without a list kept by hand.
+NEEDS_MODELS = frozenset(
+    {"export_env", "executorch_runtime", "random_weights", "small_models", "full_models"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if NEEDS_MODELS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.models)
+
 
 @pytest.fixture(autouse=True)
 def _isolated_paths(

@@ -442,6 +442,7 @@ def test_picamera2_controls_the_camera_lacks_are_one_line_each(
     assert source.applied["hflip"] is False and "af" not in source.applied
 
 
+@pytest.mark.network
 def test_the_control_names_are_picamera2s() -> None:
     """The libcamera control names the source sets are the ones picamera2's own code
     sets (its source from PyPI, as the VM installs it)."""

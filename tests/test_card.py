@@ -408,6 +408,7 @@ def first_boot(
     return proc, boot, logs / "da3-edge-install.log"
 
 
+@pytest.mark.root
 def test_first_boot_removes_the_bundle_after_an_install(tmp_path: Path) -> None:
     proc, boot, log = first_boot(tmp_path, 0)
     assert proc.returncode == 0, proc.stderr
@@ -426,6 +427,7 @@ def test_first_boot_removes_the_bundle_after_an_install(tmp_path: Path) -> None:
     assert list((tmp_path / "units").iterdir()) == []  # nothing left to resume
 
 
+@pytest.mark.root
 def test_first_boot_runs_again_at_each_boot_until_it_has_installed(tmp_path: Path) -> None:
     """cloud-init runs runcmd once: a reboot or a power cut during the install would
     leave it half done. So the script leaves a unit that runs it at each boot while its
@@ -447,6 +449,7 @@ def test_first_boot_runs_again_at_each_boot_until_it_has_installed(tmp_path: Pat
     assert verify.returncode == 0, verify.stderr
 
 
+@pytest.mark.root
 def test_first_boot_leaves_the_bundle_and_a_note_after_a_failure(tmp_path: Path) -> None:
     proc, boot, log = first_boot(tmp_path, 3)
     assert proc.returncode == 3
@@ -566,6 +569,7 @@ def test_card_view_lan_carries_only_a_hash_of_the_password_it_prints(
         assert tree_digest(boot) == before
 
 
+@pytest.mark.root
 def test_first_boot_waits_for_the_network_then_gives_up_with_a_note(tmp_path: Path) -> None:
     """No default route (a network namespace of its own: Wi-Fi not up yet), a bound of
     2 s: the installer never starts, and the note on the partition says what was
@@ -578,6 +582,7 @@ def test_first_boot_waits_for_the_network_then_gives_up_with_a_note(tmp_path: Pa
     assert (boot / card.BUNDLE / "first-boot.sh").exists()
 
 
+@pytest.mark.root
 def test_first_boot_waits_for_a_clock_that_is_not_older_than_the_card(tmp_path: Path) -> None:
     """A clock two days behind the card's files (a Pi without a clock battery, before
     NTP answers; NTP is not synchronised on this host's view of timedatectl)."""
@@ -615,6 +620,7 @@ def test_card_with_a_models_url_carries_the_url_not_the_models(
         server.close()
 
 
+@pytest.mark.root
 def test_first_boot_passes_the_cards_models_url_to_the_installer(tmp_path: Path) -> None:
     sha = "ab" * 32
     proc, _boot, _log = first_boot(tmp_path, 0, models_url=f"https://example.org/m.tar.gz {sha}")

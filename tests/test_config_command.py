@@ -101,6 +101,7 @@ def test_an_unknown_key_is_a_usage_error(cfg: Path) -> None:
     assert sha(cfg) == before
 
 
+@pytest.mark.root
 def test_the_files_owner_and_mode_are_kept(cfg: Path) -> None:
     """As the installer leaves it: root's, another group's, 0640 (CI is root: chown
     works, so the owner kept is a real one)."""

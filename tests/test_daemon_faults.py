@@ -118,6 +118,7 @@ def world_readable() -> Iterator[Path]:
         yield base
 
 
+@pytest.mark.root
 def test_a_reload_to_a_model_folder_the_service_cannot_enter_keeps_running(
     world_readable: Path,
 ) -> None:
@@ -197,6 +198,7 @@ def default_ring_config(path: Path, source: str, store: Path, models: Path) -> P
     return path
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("mib", [3, 12])
 def test_the_default_ring_on_a_small_tmpfs_never_stops_writing(tmp_path: Path, mib: int) -> None:
     """The default ring (store.max_bytes far above the filesystem) on a tmpfs of a few
@@ -216,6 +218,7 @@ def test_the_default_ring_on_a_small_tmpfs_never_stops_writing(tmp_path: Path, m
         assert "the ring keeps at most" in d.log
 
 
+@pytest.mark.root
 def test_a_thousand_frames_on_a_1gb_pi_run(tmp_path: Path) -> None:
     """The default config with its store on a 100 MiB tmpfs (a 1 GB Pi 5's /run) and
     the cores of size 504: 1,000 frames, every one written."""

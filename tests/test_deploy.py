@@ -321,7 +321,10 @@ def test_the_export_setup_refuses_an_old_python_before_any_download(tmp_path: Pa
         (str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.10*/bin/python3"))), None
     )
     if old is None:
-        skip_or_fail("no Python 3.10 here to stand for an old one (this machine's pyenv has one)")
+        skip_or_fail(
+            "no Python 3.10 here to stand for an old one (this machine's pyenv has one)",
+            host_tool=True,
+        )
     assert old is not None
     venv = tmp_path / "venv"
     proc = subprocess.run(

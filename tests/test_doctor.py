@@ -82,6 +82,7 @@ def test_picamera2_that_fails_to_import(
         Picamera2Source().open()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("readable", [True, False])
 def test_a_store_another_users_daemon_writes(readable: bool, tmp_path: Path) -> None:
     """The Pi's owner runs doctor on the service's store (/run/da3-edge: da3-edge's,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from scripts.support import ROOT
-from scripts.support.tools import skip_or_fail
+from scripts.support.tools import skip_or_fail, which
 
 APT_LIST = ROOT / "requirements" / "apt.txt"
 # The test command's shell scripts (README.md) and what they run.
@@ -201,7 +201,9 @@ def called_tools() -> dict[str, set[str]]:
 
 def _dpkg(*args: str) -> subprocess.CompletedProcess[str]:
     if shutil.which("dpkg-query") is None:
-        skip_or_fail("dpkg-query not found: the host-tool check needs a Debian host")
+        skip_or_fail(
+            "dpkg-query not found: the host-tool check needs a Debian host", host_tool=True
+        )
     return subprocess.run(["dpkg-query", *args], capture_output=True, text=True)
 
 
@@ -223,7 +225,7 @@ def base_packages() -> frozenset[str]:
 def from_base_package(tool: str) -> bool:
     """Whether the command on this host belongs to a base package (alternatives such as
     awk -> mawk followed to the file dpkg knows)."""
-    path = shutil.which(tool)
+    path = which(tool)
     if path is None:
         return False
     real = Path(path).resolve()
@@ -283,7 +285,9 @@ def test_every_called_tool_is_installed_by_ci() -> None:
 def test_each_listed_package_provides_its_tools(package: str) -> None:
     provided = provided_commands(package)
     if provided is None:
-        skip_or_fail(f"{package} is not installed (.ci/run installs requirements/apt.txt)")
+        skip_or_fail(
+            f"{package} is not installed (.ci/run installs requirements/apt.txt)", host_tool=True
+        )
     assert provided is not None
     wrong = [tool for tool in apt_list()[package] if tool not in provided]
     assert not wrong, f"requirements/apt.txt: {package} does not provide {wrong}"

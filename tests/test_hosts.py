@@ -35,6 +35,8 @@ import pytest
 from scripts.support import ROOT
 from scripts.support.tools import require_tool
 
+pytestmark = pytest.mark.network
+
 REQ = ROOT / "requirements"
 MAC_DOC = ROOT / "docs" / "how-to" / "macos.md"
 EXPORT_DOC = ROOT / "docs" / "how-to" / "export-models.md"

@@ -163,7 +163,19 @@ def test_another_address_needs_credentials_and_they_are_checked(tmp_path: Path) 
     token.chmod(0o644)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\ntoken_file = "{token}"\n')
-    proc = run_main(["serve", "--config", str(cfg), "--host", "0.0.0.0", "--port", "0"])
+    proc = run_main(
+        [
+            "serve",
+            "--config",
+            str(cfg),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--store",
+            str(tmp_path),
+        ]
+    )
     assert proc.returncode == 1 and "can be read by others (mode 644); chmod 600" in proc.stderr
     token.chmod(0o600)
     users = tmp_path / "users"

@@ -166,6 +166,7 @@ def _one_frame_bytes(tmp_path: Path, size: tuple[int, int]) -> int:
     return sum(p.stat().st_size for p in probe.write(depth_frame(0, size), {}).iterdir())
 
 
+@pytest.mark.root
 def test_the_ring_fits_the_filesystem_it_lives_on(tmp_path: Path) -> None:
     """store.max_bytes far above the filesystem (the default ring on a small Pi's /run):
     the cap is a share of the filesystem's size, and every frame is written."""
@@ -184,6 +185,7 @@ def test_the_ring_fits_the_filesystem_it_lives_on(tmp_path: Path) -> None:
         assert (store.root / "latest").resolve().name == "0000000039"
 
 
+@pytest.mark.root
 def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -213,6 +215,7 @@ def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
         assert store.cap // one - 1 <= len(_seqs(store)) <= store.cap // one  # sizes vary a little
 
 
+@pytest.mark.root
 def test_no_room_for_even_one_frame_fails_and_keeps_latest(tmp_path: Path) -> None:
     size = (120, 160)
     with tmpfs(tmp_path / "run", size="4m") as run:

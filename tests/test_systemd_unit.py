@@ -110,7 +110,9 @@ def test_verify(tmp_path: Path, path: Path, drop_in: Path | None) -> None:
     candidates = [Path("/usr/lib/systemd/system"), Path("/lib/systemd/system")]
     found = [path for path in candidates if (path / "sysinit.target").exists()]
     if not found:
-        skip_or_fail("no systemd system unit directory (sysinit.target) to verify against")
+        skip_or_fail(
+            "no systemd system unit directory (sysinit.target) to verify against", host_tool=True
+        )
     system_units = found[0]
     shutil.copytree(system_units, root / "usr" / "lib" / "systemd" / "system", symlinks=True)
     (root / "usr" / "bin").mkdir()

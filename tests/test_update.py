@@ -106,6 +106,7 @@ def test_requires_python_on_311(spec: str, allowed: bool) -> None:
     assert deploy._python_allows(spec, (3, 11, 7)) is allowed
 
 
+@pytest.mark.root
 def test_update_hands_the_new_wheels_own_installer_a_checked_copy(
     tmp_path: Path, wheel: Path
 ) -> None:
@@ -130,6 +131,7 @@ def test_update_hands_the_new_wheels_own_installer_a_checked_copy(
         )
 
 
+@pytest.mark.root
 def test_update_passes_the_models_on(tmp_path: Path, wheel: Path) -> None:
     newer = rewrite(wheel, tmp_path, version_to="99.0.0")
     proc = update(tmp_path, str(newer), "--models", "https://example.org/m.tar.gz",
@@ -144,6 +146,7 @@ def test_update_passes_the_models_on(tmp_path: Path, wheel: Path) -> None:
     ]
 
 
+@pytest.mark.root
 def test_update_refuses_a_wheel_whose_hash_differs(tmp_path: Path, wheel: Path) -> None:
     got = hashlib.sha256(wheel.read_bytes()).hexdigest()
     line = refused(update(tmp_path, str(wheel), "--sha256", "0" * 64), tmp_path)
@@ -152,6 +155,7 @@ def test_update_refuses_a_wheel_whose_hash_differs(tmp_path: Path, wheel: Path) 
     )
 
 
+@pytest.mark.root
 def test_update_refuses_a_downgrade_unless_asked(tmp_path: Path, wheel: Path) -> None:
     older = rewrite(wheel, tmp_path, version_to="0.0.1")
     line = refused(update(tmp_path, str(older)), tmp_path)
@@ -172,6 +176,7 @@ def test_update_refuses_a_downgrade_unless_asked(tmp_path: Path, wheel: Path) ->
     ],
     ids=["another Python", "another platform", "Requires-Python"],
 )
+@pytest.mark.root
 def test_update_refuses_a_wheel_for_another_python(
     tmp_path: Path, wheel: Path, change: dict[str, str], why: str
 ) -> None:
@@ -193,6 +198,7 @@ def test_update_refuses_a_wheel_for_another_python(
     ],
     ids=["url without hash", "short hash", "models url without hash", "zero timeout", "no file"],
 )  # fmt: skip
+@pytest.mark.root
 def test_update_refusals_are_one_line(
     tmp_path: Path, wheel: Path, args: list[str], message: str
 ) -> None:
@@ -201,6 +207,7 @@ def test_update_refusals_are_one_line(
     assert refused(update(tmp_path, *args), tmp_path) == f"da3-edge: error: {message}"
 
 
+@pytest.mark.root
 def test_update_refuses_a_user_who_is_not_root(tmp_path: Path, wheel: Path) -> None:
     """As nobody (setpriv): root's own refusal cannot be seen as root."""
     tmp_path.chmod(0o755)
