@@ -51,10 +51,7 @@ def run(config: Config, store: Path) -> int:
     creds = credentials(serve)
     sock = listen(serve.host, serve.port)
     host, port = sock.getsockname()[:2]
-    app = make_app(
-        store, clients=serve.clients, max_age=serve.max_age,
-        status_every=config.daemon.status_every, downloads=serve.downloads,
-    )  # fmt: skip
+    app = make_app(store, serve, status_every=config.daemon.status_every)
     guarded: Any = Guard(app, creds)
     if is_loopback(serve.host):
         guarded = HostCheck(guarded, serve.hosts)

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,10 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from edge import layout
+from edge.config import ServeConfig
 from edge.errors import UnsafeStore
 from edge.follow import check_root, frame_names, open_in, read_record
-from edge.serve.hub import VIEWS, Hub, Newest
+from edge.serve.hub import VIEWS, Hub, Newest, Subscriber
 from edge.serve.metrics import Metrics
 
 NO_STORE = {"Cache-Control": "no-store"}
@@ -97,182 +99,221 @@ class _OpenFile(Response):
             self.sending.release()
 
 
-def make_app(
-    root: Path, *, clients: int, max_age: float, status_every: float, downloads: int = 8
-) -> Starlette:
+@dataclass(frozen=True)
+class Served:
+    """What the endpoints share: on the app's state (``request.app.state.served``)."""
+
+    root: Path
+    hub: Hub
+    metrics: Metrics
+    config: ServeConfig
+    status_every: float  # the daemon's, for how old a status may be
+    sending: asyncio.Semaphore  # file downloads at once (serve.downloads): each holds a file
+
+
+def make_app(root: Path, config: ServeConfig, *, status_every: float) -> Starlette:
     """The app over the store at ``root``; see the module docstring."""
-    hub = Hub(root, clients)
-    sending = asyncio.Semaphore(downloads)  # file downloads at once: each holds a file
-    metrics = Metrics(hub)
-
-    def newest_or_503() -> Newest | Response:
-        newest = hub.read_newest()
-        if newest is None:
-            if not root.is_dir():
-                return _unavailable(f"no store at {root}")
-            try:
-                check_root(root)
-            except UnsafeStore as exc:
-                return _unavailable(str(exc))
-            if os.path.lexists(root / layout.LATEST):
-                return _unavailable(
-                    "the newest frame is gone (the store is being pruned or made anew)"
-                )
-            return _unavailable("no frame in the store yet")
-        return newest
-
-    def frame_or_answer(request: Request) -> Newest | Response:
-        """The newest frame, or the answer instead of it: 503 (none), 304 (unchanged)."""
-        newest = newest_or_503()
-        if isinstance(newest, Newest) and _not_modified(request, newest):
-            return Response(status_code=304, headers=_headers(newest))
-        return newest
-
-    async def latest_json(request: Request) -> Response:
-        newest = frame_or_answer(request)
-        if isinstance(newest, Response):
-            return newest
-        return JSONResponse(newest.record, headers=_headers(newest))
-
-    async def latest_file(request: Request) -> Response:
-        fmt, media = FILES[request.url.path]
-        for _ in range(3):
-            newest = frame_or_answer(request)
-            if isinstance(newest, Response):
-                return newest
-            if sending.locked():
-                return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
-            try:
-                fd = open_in(root, *frame_names(newest.seq, fmt))
-            except FileNotFoundError:
-                if read_record(root, newest.seq) is None:
-                    continue  # pruned meanwhile: the next newest
-                return _unavailable(f"this store does not write {fmt} (store.formats)")
-            except OSError as exc:  # a link, a FIFO, a directory: never followed or served
-                return _unavailable(f"frame {newest.seq}'s {fmt} is not a plain file ({exc})")
-            size = os.fstat(fd).st_size
-            headers = {**_headers(newest), "Content-Length": str(size)}
-            await sending.acquire()
-            return _OpenFile(fd, sending, media, headers)
-        return _unavailable("frames are being pruned faster than they can be read")
-
-    async def latest_jpg(request: Request) -> Response:
-        view = _view(request)
-        if isinstance(view, Response):
-            return view
-        newest = frame_or_answer(request)
-        if isinstance(newest, Response):
-            return newest
-        data = await hub.jpeg(newest, view)
-        if data is None:
-            return _no_jpeg(view)
-        return Response(data, media_type="image/jpeg", headers=_headers(newest))
-
-    async def stream_mjpg(request: Request) -> Response:
-        view = _view(request)
-        if isinstance(view, Response):
-            return view
-        first = newest_or_503()  # nothing to show yet: say why, as the other routes do
-        if isinstance(first, Response):
-            return first
-        if await hub.jpeg(first, view) is None:
-            return _no_jpeg(view)
-        peer = str((request.client.host if request.client else "") or "?")
-        sub = hub.subscribe("stream", peer)
-        if sub is None:
-            return _unavailable(
-                f"too many streams (serve.clients = {clients}: at most {hub.per_address} from "
-                "one address, a quarter kept for events)"
-            )
-
-        async def parts() -> AsyncIterator[bytes]:
-            # Each part is followed by the next boundary at once: a browser shows a
-            # part when it sees the boundary after it, not when the next frame comes.
-            try:
-                yield b"--" + BOUNDARY + b"\r\n"
-                item: Newest | None = first
-                while True:
-                    data = await hub.jpeg(item, view) if item is not None else None
-                    if data is not None:
-                        head = f"Content-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
-                        yield head.encode() + data + b"\r\n--" + BOUNDARY + b"\r\n"
-                    item = await sub.queue.get()
-                    while not sub.queue.empty():  # behind: only the newest is worth sending
-                        item = sub.queue.get_nowait()
-                    if item is None:
-                        return  # dropped, or serve is stopping
-            finally:
-                hub.unsubscribe(sub)
-
-        media = f"multipart/x-mixed-replace; boundary={BOUNDARY.decode()}"
-        return StreamingResponse(parts(), media_type=media, headers=NO_STORE)
-
-    async def page(request: Request) -> Response:
-        return HTMLResponse(PAGE, headers={**NO_STORE, "Content-Security-Policy": CSP})
-
-    async def metrics_text(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def api_status(request: Request) -> Response:
-        status = hub.status()
-        if status is None:
-            return _unavailable(f"no {layout.STATUS} in {root}: the daemon has not run here")
-        # The page's clock may not be this machine's: it reads frame ages against this.
-        return JSONResponse(status, headers={**NO_STORE, "X-Server-Time": f"{time.time():.3f}"})
-
-    async def healthz(request: Request) -> Response:
-        healthy, reason = health(hub, max_age=max_age, status_every=status_every)
-        code = 200 if healthy else 503
-        return PlainTextResponse(reason + "\n", code, headers=NO_STORE)
-
-    async def events(request: Request) -> Response:
-        sub = hub.subscribe()
-        if sub is None:
-            return _unavailable(f"too many clients (serve.clients = {clients})")
-
-        async def stream() -> AsyncIterator[bytes]:
-            try:
-                yield b"retry: 2000\n\n"
-                while True:
-                    try:
-                        item = await asyncio.wait_for(sub.queue.get(), 15.0)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
-                        continue
-                    if item is None:
-                        return  # dropped: too slow, or serve is stopping
-                    data = json.dumps(item.record, separators=(",", ":"))
-                    event_id = item.etag.strip('"')
-                    yield f"id: {event_id}\nevent: frame\ndata: {data}\n\n".encode()
-            finally:
-                hub.unsubscribe(sub)
-
-        headers = {**NO_STORE, "X-Accel-Buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
-
-    routes = [
-        Route("/", page),
-        Route("/stream.mjpg", stream_mjpg),
-        Route("/metrics", metrics_text),
-        Route("/latest.json", latest_json),
-        Route("/latest.jpg", latest_jpg),
-        *(Route(path, latest_file) for path in FILES),
-        Route("/api/status", api_status),
-        Route("/healthz", healthz),
-        Route("/events", events),
-    ]
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await hub.start()
-        try:
-            yield
-        finally:
-            await hub.stop()
-
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.hub = hub
+    hub = Hub(root, config.clients)
+    served = Served(
+        root, hub, Metrics(hub), config, status_every, asyncio.Semaphore(config.downloads)
+    )
+    app = Starlette(routes=ROUTES, lifespan=_lifespan)
+    app.state.served = served
     return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    hub = app.state.served.hub
+    await hub.start()
+    try:
+        yield
+    finally:
+        await hub.stop()
+
+
+def _served(request: Request) -> Served:
+    served: Served = request.app.state.served
+    return served
+
+
+def newest_or_503(served: Served) -> Newest | Response:
+    """The newest frame, or the 503 that says why there is none."""
+    newest = served.hub.read_newest()
+    if newest is not None:
+        return newest
+    root = served.root
+    if not root.is_dir():
+        return _unavailable(f"no store at {root}")
+    try:
+        check_root(root)
+    except UnsafeStore as exc:
+        return _unavailable(str(exc))
+    if os.path.lexists(root / layout.LATEST):
+        return _unavailable("the newest frame is gone (the store is being pruned or made anew)")
+    return _unavailable("no frame in the store yet")
+
+
+def frame_or_answer(request: Request) -> Newest | Response:
+    """The newest frame, or the answer instead of it: 503 (none), 304 (unchanged)."""
+    newest = newest_or_503(_served(request))
+    if isinstance(newest, Newest) and _not_modified(request, newest):
+        return Response(status_code=304, headers=_headers(newest))
+    return newest
+
+
+async def latest_json(request: Request) -> Response:
+    newest = frame_or_answer(request)
+    if isinstance(newest, Response):
+        return newest
+    return JSONResponse(newest.record, headers=_headers(newest))
+
+
+async def latest_file(request: Request) -> Response:
+    served = _served(request)
+    fmt, media = FILES[request.url.path]
+    for _ in range(3):
+        newest = frame_or_answer(request)
+        if isinstance(newest, Response):
+            return newest
+        if served.sending.locked():
+            downloads = served.config.downloads
+            return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
+        try:
+            fd = open_in(served.root, *frame_names(newest.seq, fmt))
+        except FileNotFoundError:
+            if read_record(served.root, newest.seq) is None:
+                continue  # pruned meanwhile: the next newest
+            return _unavailable(f"this store does not write {fmt} (store.formats)")
+        except OSError as exc:  # a link, a FIFO, a directory: never followed or served
+            return _unavailable(f"frame {newest.seq}'s {fmt} is not a plain file ({exc})")
+        size = os.fstat(fd).st_size
+        headers = {**_headers(newest), "Content-Length": str(size)}
+        await served.sending.acquire()
+        return _OpenFile(fd, served.sending, media, headers)
+    return _unavailable("frames are being pruned faster than they can be read")
+
+
+async def latest_jpg(request: Request) -> Response:
+    view = _view(request)
+    if isinstance(view, Response):
+        return view
+    newest = frame_or_answer(request)
+    if isinstance(newest, Response):
+        return newest
+    data = await _served(request).hub.jpeg(newest, view)
+    if data is None:
+        return _no_jpeg(view)
+    return Response(data, media_type="image/jpeg", headers=_headers(newest))
+
+
+async def stream_mjpg(request: Request) -> Response:
+    view = _view(request)
+    if isinstance(view, Response):
+        return view
+    hub = _served(request).hub
+    first = newest_or_503(_served(request))  # nothing to show yet: say why, as elsewhere
+    if isinstance(first, Response):
+        return first
+    if await hub.jpeg(first, view) is None:
+        return _no_jpeg(view)
+    peer = str((request.client.host if request.client else "") or "?")
+    sub = hub.subscribe("stream", peer)
+    if sub is None:
+        return _unavailable(
+            f"too many streams (serve.clients = {hub.clients}: at most {hub.per_address} from "
+            "one address, a quarter kept for events)"
+        )
+    media = f"multipart/x-mixed-replace; boundary={BOUNDARY.decode()}"
+    return StreamingResponse(_parts(hub, sub, first, view), media_type=media, headers=NO_STORE)
+
+
+async def _parts(hub: Hub, sub: Subscriber, first: Newest, view: str) -> AsyncIterator[bytes]:
+    """The MJPEG stream's parts. Each is followed by the next boundary at once: a
+    browser shows a part when it sees the boundary after it, not when the next frame
+    comes."""
+    try:
+        yield b"--" + BOUNDARY + b"\r\n"
+        item: Newest | None = first
+        while True:
+            data = await hub.jpeg(item, view) if item is not None else None
+            if data is not None:
+                head = f"Content-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
+                yield head.encode() + data + b"\r\n--" + BOUNDARY + b"\r\n"
+            item = await sub.queue.get()
+            while not sub.queue.empty():  # behind: only the newest is worth sending
+                item = sub.queue.get_nowait()
+            if item is None:
+                return  # dropped, or serve is stopping
+    finally:
+        hub.unsubscribe(sub)
+
+
+async def page(request: Request) -> Response:
+    return HTMLResponse(PAGE, headers={**NO_STORE, "Content-Security-Policy": CSP})
+
+
+async def metrics_text(request: Request) -> Response:
+    registry = _served(request).metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def api_status(request: Request) -> Response:
+    served = _served(request)
+    status = served.hub.status()
+    if status is None:
+        return _unavailable(f"no {layout.STATUS} in {served.root}: the daemon has not run here")
+    # The page's clock may not be this machine's: it reads frame ages against this.
+    return JSONResponse(status, headers={**NO_STORE, "X-Server-Time": f"{time.time():.3f}"})
+
+
+async def healthz(request: Request) -> Response:
+    served = _served(request)
+    healthy, reason = health(
+        served.hub, max_age=served.config.max_age, status_every=served.status_every
+    )
+    return PlainTextResponse(reason + "\n", 200 if healthy else 503, headers=NO_STORE)
+
+
+async def events(request: Request) -> Response:
+    hub = _served(request).hub
+    sub = hub.subscribe()
+    if sub is None:
+        return _unavailable(f"too many clients (serve.clients = {hub.clients})")
+    headers = {**NO_STORE, "X-Accel-Buffering": "no"}
+    return StreamingResponse(_events(hub, sub), media_type="text/event-stream", headers=headers)
+
+
+async def _events(hub: Hub, sub: Subscriber) -> AsyncIterator[bytes]:
+    """Server-sent events: one per frame, a comment every 15 s to keep proxies open."""
+    try:
+        yield b"retry: 2000\n\n"
+        while True:
+            try:
+                item = await asyncio.wait_for(sub.queue.get(), 15.0)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if item is None:
+                return  # dropped: too slow, or serve is stopping
+            data = json.dumps(item.record, separators=(",", ":"))
+            event_id = item.etag.strip('"')
+            yield f"id: {event_id}\nevent: frame\ndata: {data}\n\n".encode()
+    finally:
+        hub.unsubscribe(sub)
+
+
+ROUTES = [
+    Route("/", page),
+    Route("/stream.mjpg", stream_mjpg),
+    Route("/metrics", metrics_text),
+    Route("/latest.json", latest_json),
+    Route("/latest.jpg", latest_jpg),
+    *(Route(path, latest_file) for path in FILES),
+    Route("/api/status", api_status),
+    Route("/healthz", healthz),
+    Route("/events", events),
+]
 
 
 FUTURE_S = 2.0  # a stamp further ahead than this is no proof of freshness

@@ -1,0 +1,141 @@
+"""serve's endpoints one at a time: each handler called with Starlette's own Request
+on a store written by hand, no server, no daemon (tests/test_serve.py runs the real
+process; tests/test_serve_hostile.py the hostile clients)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from edge.config import ServeConfig
+from edge.serve import app as served_app
+from edge.version import version
+from scripts.support.store import STORE_ID, store
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def app_over(root: Path, **serve: Any) -> Starlette:
+    return served_app.make_app(root, ServeConfig(**serve), status_every=1.0)
+
+
+def request(app: Starlette, path: str, query: str = "", **headers: str) -> Request:
+    scope = {
+        "type": "http", "method": "GET", "path": path, "query_string": query.encode(),
+        "headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
+        "app": app, "client": ("127.0.0.1", 50000),
+    }  # fmt: skip
+    return Request(scope)
+
+
+def handler(app: Starlette, path: str) -> Handler:
+    """The endpoint the app routes ``path`` to (so a route table that lost one fails)."""
+    endpoint: Handler = next(
+        r.endpoint for r in app.routes if isinstance(r, Route) and r.path == path
+    )
+    return endpoint
+
+
+async def sent(response: Response) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body as an ASGI server would send them."""
+    messages: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        messages.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    await response({"type": "http", "method": "GET"}, receive, send)
+    start = messages[0]
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers, b"".join(m.get("body", b"") for m in messages[1:])
+
+
+def answer(app: Starlette, path: str, query: str = "", **headers: str) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
+    async def call() -> tuple[int, dict[str, str], bytes]:
+        return await sent(await handler(app, path)(request(app, path, query, **headers)))
+
+    return asyncio.run(call())
+
+
+def test_latest_json_is_the_newest_record_and_304_when_unchanged(tmp_path: Path) -> None:
+    app = app_over(store(tmp_path, seq=7))
+    code, headers, body = answer(app, "/latest.json")
+    assert code == 200 and json.loads(body)["store_seq"] == 7
+    assert headers["x-frame-seq"] == "7" and STORE_ID in headers["etag"]
+    assert answer(app, "/latest.json", if_none_match=headers["etag"])[0] == 304
+
+
+def test_latest_file_sends_the_file_whole_and_gives_its_slot_back(tmp_path: Path) -> None:
+    app = app_over(store(tmp_path), downloads=1)
+    for _ in range(2):  # the only slot is back after each download
+        code, headers, body = answer(app, "/latest.npz")
+        assert (code, body, headers["content-length"]) == (200, b"NPZ", "3")
+    code, _, body = answer(app, "/latest.png")
+    assert code == 503 and body == b"this store does not write png (store.formats)\n"
+
+
+def test_latest_jpg_says_which_view_it_cannot_make(tmp_path: Path) -> None:
+    app = app_over(store(tmp_path))  # a record and an npz: no preview, no scene
+    code, _, body = answer(app, "/latest.jpg")
+    assert (
+        code == 503 and b"no depth view of the newest frame (store.formats needs preview)" in body
+    )
+    code, _, body = answer(app, "/latest.jpg", "view=thermal")
+    assert code == 400 and body.startswith(b"view must be one of depth")
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/latest.json", b"no frame in the store yet"),
+        ("/stream.mjpg", b"no frame in the store yet"),
+        ("/api/status", b"no status.json in"),
+        ("/healthz", b"daemon not running: no status.json"),
+    ],
+)
+def test_an_empty_store_is_a_503_that_says_why(tmp_path: Path, path: str, says: bytes) -> None:
+    (tmp_path / "store" / "frames").mkdir(parents=True)
+    code, headers, body = answer(app_over(tmp_path / "store"), path)
+    assert code == 503 and says in body and headers["cache-control"] == "no-store", body
+
+
+def test_status_and_health_read_the_daemons_status(tmp_path: Path) -> None:
+    root = store(tmp_path)
+    (root / "status.json").write_text(json.dumps({"state": "stopping", "updated_at_unix": 0}))
+    code, headers, body = answer(app_over(root), "/api/status")
+    assert code == 200 and json.loads(body)["state"] == "stopping" and "x-server-time" in headers
+    assert answer(app_over(root), "/healthz")[:3:2] == (503, b"daemon stopping\n")
+
+
+def test_the_page_and_the_metrics(tmp_path: Path) -> None:
+    app = app_over(store(tmp_path))
+    code, headers, body = answer(app, "/")
+    assert code == 200 and b"<html" in body and "script-src" in headers["content-security-policy"]
+    code, headers, body = answer(app, "/metrics")
+    assert code == 200 and headers["content-type"].startswith("text/plain")
+    assert f'version="{version()}"}} 1.0'.encode() in body  # da3edge_build_info
+
+
+def test_events_and_streams_take_a_slot_each_and_refuse_beyond_them(tmp_path: Path) -> None:
+    app = app_over(store(tmp_path), clients=1)
+
+    async def call() -> tuple[Response, Response]:
+        first = await handler(app, "/events")(request(app, "/events"))
+        second = await handler(app, "/events")(request(app, "/events"))
+        return first, second
+
+    first, second = asyncio.run(call())
+    assert first.media_type == "text/event-stream"
+    assert second.status_code == 503
+    assert asyncio.run(sent(second))[2] == b"too many clients (serve.clients = 1)\n"
