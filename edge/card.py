@@ -184,6 +184,33 @@ def merge_user_data(text: str, where: str) -> str | None:
     parsed again and must be the original data plus the entry."""
     import yaml
 
+    data, root = _parse_cloud_config(text, where)
+    runcmd = data.get("runcmd")
+    nl = "\r\n" if "\r\n" in text else "\n"
+    if "runcmd" not in data:
+        merged = text + ("" if text.endswith(("\n", "\r")) else nl)
+        merged += f"{nl}# da3-edge: install at first boot (da3-edge card){nl}"
+        merged += f"runcmd:{nl}- {ENTRY_TEXT}{nl}"
+    elif not isinstance(runcmd, list):
+        raise CardError(f"{where}: runcmd is not a list")
+    elif ENTRY in runcmd:
+        return None
+    else:
+        assert root is not None
+        merged = _append_item(text, _runcmd_node(root, runcmd, where), nl)
+    try:
+        again = yaml.safe_load(merged)
+    except yaml.YAMLError:
+        again = None
+    if again != {**data, "runcmd": [*(runcmd or []), ENTRY]}:
+        raise CardError(f"{where}: cannot add the install step to its runcmd list safely")
+    return merged
+
+
+def _parse_cloud_config(text: str, where: str) -> tuple[dict[str, Any], Any]:
+    """The user-data's keys and its YAML node tree (None for an empty document)."""
+    import yaml
+
     lines = text.splitlines()
     if not lines or lines[0].rstrip() != "#cloud-config":
         raise CardError(f"{where}: not cloud-config (its first line is not #cloud-config)")
@@ -199,49 +226,36 @@ def merge_user_data(text: str, where: str) -> str | None:
         data, root = {}, None
     if not isinstance(data, dict) or (root is not None and not isinstance(root, yaml.MappingNode)):
         raise CardError(f"{where}: cannot parse it: not a mapping of cloud-config keys")
-    runcmd = data.get("runcmd")
-    nl = "\r\n" if "\r\n" in text else "\n"
-    if "runcmd" not in data:
-        merged = text + ("" if text.endswith(("\n", "\r")) else nl)
-        merged += f"{nl}# da3-edge: install at first boot (da3-edge card){nl}"
-        merged += f"runcmd:{nl}- {ENTRY_TEXT}{nl}"
-    elif not isinstance(runcmd, list):
-        raise CardError(f"{where}: runcmd is not a list")
-    elif ENTRY in runcmd:
-        return None
-    else:
-        ours = [
-            i
-            for i, item in enumerate(runcmd)
-            if FIRST_BOOT in str(item)
-            or f"/boot/firmware/{BUNDLE}/scripts/install-pi.sh" in str(item)
-        ]
-        if ours:
-            raise CardError(
-                f"{where}: runcmd entry {ours[0] + 1} already runs da3-edge in another form: "
-                "remove it and run da3-edge card again"
-            )
-        assert root is not None
-        keys = [k for k, _ in root.value if getattr(k, "value", None) == "runcmd"]
-        if len(keys) > 1:
-            raise CardError(
-                f"{where}: runcmd appears {len(keys)} times (cloud-init takes the last): keep one"
-            )
-        node = next((v for k, v in root.value if getattr(k, "value", None) == "runcmd"), None)
-        if node is None or node.start_mark.index < _key_end(root, "runcmd"):
-            # from a merge key (<<:) or an alias (*name): its items are written elsewhere
-            raise CardError(
-                f"{where}: its runcmd list is written elsewhere (an alias or a merge key): "
-                f"write it out under runcmd:, or add `- {ENTRY_TEXT}` to it by hand"
-            )
-        merged = _append_item(text, node, nl)
-    try:
-        again = yaml.safe_load(merged)
-    except yaml.YAMLError:
-        again = None
-    if again != {**data, "runcmd": [*(runcmd or []), ENTRY]}:
-        raise CardError(f"{where}: cannot add the install step to its runcmd list safely")
-    return merged
+    return data, root
+
+
+def _runcmd_node(root: Any, runcmd: list[Any], where: str) -> Any:
+    """The node of the ``runcmd`` list written under its key, where the entry can go;
+    CardError when da3-edge is there in another form, or the list is written twice or
+    elsewhere (an alias, a merge key)."""
+    ours = [
+        i
+        for i, item in enumerate(runcmd)
+        if FIRST_BOOT in str(item) or f"/boot/firmware/{BUNDLE}/scripts/install-pi.sh" in str(item)
+    ]
+    if ours:
+        raise CardError(
+            f"{where}: runcmd entry {ours[0] + 1} already runs da3-edge in another form: "
+            "remove it and run da3-edge card again"
+        )
+    keys = [k for k, _ in root.value if getattr(k, "value", None) == "runcmd"]
+    if len(keys) > 1:
+        raise CardError(
+            f"{where}: runcmd appears {len(keys)} times (cloud-init takes the last): keep one"
+        )
+    node = next((v for k, v in root.value if getattr(k, "value", None) == "runcmd"), None)
+    if node is None or node.start_mark.index < _key_end(root, "runcmd"):
+        # from a merge key (<<:) or an alias (*name): its items are written elsewhere
+        raise CardError(
+            f"{where}: its runcmd list is written elsewhere (an alias or a merge key): "
+            f"write it out under runcmd:, or add `- {ENTRY_TEXT}` to it by hand"
+        )
+    return node
 
 
 def _key_end(root: Any, key: str) -> int:

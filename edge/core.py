@@ -192,29 +192,14 @@ class Core(Closing):
         # 4.6x slower (1.05 s vs 0.23 s at 378x504). So fp16 arithmetic is asked for
         # on top of those two, never instead of them.
         flags = platform.XNNPACK_FLAGS_FP16 if self.fp16_arithmetic else None
-        cache = ""
-        if self.weight_cache is not None:
-            found, self.weight_cache_built = weightcache.path_for(
-                self.weight_cache, self.path, self.spec.model_sha256, flags, self.threads
-            )
-            self.weight_cache_file = found
-            cache = str(found) if found else ""
-            trace.mark("core: weight cache")
         native: list[str] = []
         try:
             with _native_stderr(native):
-                model = compile_model(str(self.path), self.threads, flags, cache)
+                model = compile_model(str(self.path), self.threads, flags, self._cache(flags))
         except Exception as exc:  # LiteRT raises RuntimeError/ValueError with C++ text
             detail = native_error("".join(native)) or first_line(exc)
             raise ModelCorrupt(f"{self.path}: LiteRT cannot load it ({detail})") from None
-        try:
-            signatures = model.get_signature_list()
-            self._signature = next(iter(signatures))
-            self._sig_index = model.get_signature_index(self._signature)
-            inputs = model.get_input_tensor_details(self._signature)
-            outputs = model.get_output_tensor_details(self._signature)
-        except Exception as exc:
-            raise ModelCorrupt(f"{self.path}: not a depth model ({first_line(exc)})") from None
+        inputs, outputs = self._signature_of(model)
         if len(inputs) != 1 or len(outputs) != 2:
             raise ModelCorrupt(
                 f"{self.path}: expected 1 input and 2 outputs, "
@@ -243,6 +228,29 @@ class Core(Closing):
             # (fp16 model: 283 -> 236 MiB right after open; outputs bit-identical).
             self.released_bytes = release_mapped_file(self.path)
         trace.mark("core: ready")
+
+    def _cache(self, flags: int | None) -> str:
+        """XNNPACK's weight cache file for this model and these flags ("" for none)."""
+        if self.weight_cache is None:
+            return ""
+        found, self.weight_cache_built = weightcache.path_for(
+            self.weight_cache, self.path, self.spec.model_sha256, flags, self.threads
+        )
+        self.weight_cache_file = found
+        trace.mark("core: weight cache")
+        return str(found) if found else ""
+
+    def _signature_of(self, model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The model's first signature's input and output tensor details."""
+        try:
+            signatures = model.get_signature_list()
+            self._signature = next(iter(signatures))
+            self._sig_index = model.get_signature_index(self._signature)
+            inputs = model.get_input_tensor_details(self._signature)
+            outputs = model.get_output_tensor_details(self._signature)
+        except Exception as exc:
+            raise ModelCorrupt(f"{self.path}: not a depth model ({first_line(exc)})") from None
+        return inputs, outputs
 
     @property
     def shape(self) -> tuple[int, int]:

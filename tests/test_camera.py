@@ -111,13 +111,13 @@ def test_specs_open_the_named_source(tmp_path: Path) -> None:
 def test_a_picamera2_index_libcamera_does_not_report_is_one_line() -> None:
     """The cameras as picamera2's global_camera_info() lists them (a Pi 5 with a Camera
     Module 3 on one connector)."""
-    from edge.camera.picamera2 import Picamera2Source
+    from edge.camera.picamera2 import check_index
 
     cameras = [{"Model": "imx708_wide", "Location": 2, "Rotation": 180, "Num": 0,
                 "Id": "/base/axi/pcie@120000/rp1/i2c@88000/imx708@1a"}]  # fmt: skip
-    Picamera2Source(index=0)._check_index(cameras)
+    check_index(0, cameras)
     with pytest.raises(CameraError) as refused:
-        Picamera2Source(index=1)._check_index(cameras)
+        check_index(1, cameras)
     assert str(refused.value) == (
         "picamera2: no camera 1; libcamera reports 0: imx708_wide (`rpicam-hello "
         "--list-cameras`; a camera connected or reseated since boot needs a reboot)"

@@ -349,7 +349,7 @@ def test_a_model_refused_at_verification_is_closed(
 ) -> None:
     """A reload to a tampered model: the pipeline opened for it (its stages' programs,
     its cores' workers) is closed, not left open for the life of the daemon."""
-    from edge.daemon.service import load_pipeline
+    from edge.daemon.parts import load_pipeline
     from edge.errors import ModelCorrupt
 
     models = fake_models(tmp_path / "models", [(42, 56)])

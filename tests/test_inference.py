@@ -320,7 +320,7 @@ def test_the_daemon_asks_the_camera_for_the_chosen_cores_size(tmp_path: Path) ->
     picture is no larger than the core's input."""
     from edge import config as config_mod
     from edge.camera import Streams
-    from edge.daemon.service import camera_streams
+    from edge.daemon.parts import camera_streams
 
     models = fake_models(tmp_path / "m", [(42, 56), (56, 42)])
     pipeline, _ = fake_pipeline(models)

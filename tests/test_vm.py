@@ -357,7 +357,7 @@ def boots(vm_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[vm.
 BROKEN_DAEMON = (
     "edge/daemon/service.py",
     (
-        'self.notifier.ready(self.status_text())\n            log.info("running: store',
+        'self.notifier.ready(status.text(self))\n            log.info("running: store',
         'log.error("this build cannot start (made so by tests/test_vm.py)")\n'
         '            raise SystemExit(3)\n            log.info("running: store',
     ),

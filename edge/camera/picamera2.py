@@ -70,7 +70,7 @@ class Picamera2Source(SourceBase):
             ) from None
         cam = None
         try:
-            self._check_index(Picamera2.global_camera_info())
+            check_index(self.index, Picamera2.global_camera_info())
             cam = Picamera2(self.index)
             transform, controls = self._ask(cam.camera_controls)
             self._configure(cam, transform, controls)
@@ -212,19 +212,6 @@ class Picamera2Source(SourceBase):
                     f"picamera2: this camera cannot {key} (camera.{key}): not applied"
                 )
 
-    def _check_index(self, cameras: list[dict[str, Any]]) -> None:
-        """CameraError naming the cameras libcamera reports when INDEX is not one."""
-        if self.index < len(cameras):
-            return
-        found = ", ".join(
-            f"{c.get('Num', n)}: {c.get('Model', 'unknown')}" for n, c in enumerate(cameras)
-        )
-        raise CameraError(
-            f"picamera2: no camera {self.index}; libcamera reports "
-            f"{found or 'none'} (`rpicam-hello --list-cameras`; a camera connected or "
-            "reseated since boot needs a reboot)"
-        )
-
     def read(self, timeout: float) -> Frame:
         if self._cam is None:
             raise CameraError("picamera2: not open")
@@ -289,6 +276,20 @@ class Picamera2Source(SourceBase):
             raise CameraWedged(
                 f"picamera2: stop() did not return within {self.timeout + CLOSE_GRACE:g} s"
             )
+
+
+def check_index(index: int, cameras: list[dict[str, Any]]) -> None:
+    """CameraError naming the cameras libcamera reports when ``index`` is not one."""
+    if index < len(cameras):
+        return
+    found = ", ".join(
+        f"{c.get('Num', n)}: {c.get('Model', 'unknown')}" for n, c in enumerate(cameras)
+    )
+    raise CameraError(
+        f"picamera2: no camera {index}; libcamera reports "
+        f"{found or 'none'} (`rpicam-hello --list-cameras`; a camera connected or "
+        "reseated since boot needs a reboot)"
+    )
 
 
 def _smoothed(previous: float | None, step: float) -> float:

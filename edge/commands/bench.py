@@ -96,27 +96,7 @@ def main(args: Sequence[str] | None = None) -> int:
         raise UsageError("--iterations must be at least 1 and --warmup at least 0")
     models = resolve_models_dir(ns.models)
     manifest = Manifest.load(models)
-    installed = sorted({a.precision for a in manifest.cores()}, key=PRECISIONS.index)
-    precisions = installed
-    if ns.precision is not None:
-        precisions = options.split_list(ns.precision, PRECISIONS, "precision")
-    for p in precisions:
-        if p not in installed:
-            raise UsageError(
-                f"precision {p!r} is not installed in {models} (have {', '.join(installed)})"
-            )
-    sizes = manifest.sizes()
-    if ns.size is not None:
-        asked = options.split_sizes(ns.size)
-        missing = [str(v) for v in asked if v not in sizes]
-        if missing:
-            raise UsageError(
-                f"size {', '.join(missing)} is not exported in {models} "
-                f"(have {', '.join(map(str, sizes))}; `da3-edge export --size N` makes one)"
-            )
-        sizes = sorted(asked, reverse=True)
-    else:
-        sizes = sorted(sizes, reverse=True)
+    precisions, sizes = _installed(manifest, models, ns.precision, ns.size)
     cores = platform.cpu_features().cores
     threads = _ints(ns.threads, "--threads") if ns.threads else sorted({1, min(4, cores)})
     stage_names = options.split_list(ns.stages, options.STAGES, "stages backend")
@@ -155,6 +135,33 @@ def main(args: Sequence[str] | None = None) -> int:
         return 0
     print(render_table(data))
     return 0
+
+
+def _installed(
+    manifest: Manifest, models: Path, precision: str | None, size: str | None
+) -> tuple[list[str], list[int]]:
+    """The precisions and sizes asked for (all installed ones when not), largest size
+    first; UsageError naming what is installed when one is not."""
+    installed = sorted({a.precision for a in manifest.cores()}, key=PRECISIONS.index)
+    precisions = installed
+    if precision is not None:
+        precisions = options.split_list(precision, PRECISIONS, "precision")
+    for p in precisions:
+        if p not in installed:
+            raise UsageError(
+                f"precision {p!r} is not installed in {models} (have {', '.join(installed)})"
+            )
+    sizes = manifest.sizes()
+    if size is None:
+        return precisions, sorted(sizes, reverse=True)
+    asked = options.split_sizes(size)
+    missing = [str(v) for v in asked if v not in sizes]
+    if missing:
+        raise UsageError(
+            f"size {', '.join(missing)} is not exported in {models} "
+            f"(have {', '.join(map(str, sizes))}; `da3-edge export --size N` makes one)"
+        )
+    return precisions, sorted(asked, reverse=True)
 
 
 def _cold(

@@ -181,66 +181,52 @@ def check_models(directory: Path) -> list[Check]:
 
 
 def check_cameras() -> list[Check]:
-    out = []
+    if importlib.util.find_spec("cv2") is not None:
+        opencv = Check("opencv", OK, "importable (opencv and video replay sources available)")
+    else:
+        why = "not importable (USB cameras: pip install opencv-python-headless)"
+        opencv = Check("opencv", WARN, why)
+    return [_camera_devices(), _picamera2(), opencv]
+
+
+def _camera_devices() -> Check:
     video = sorted(str(p) for p in Path("/dev").glob("video*"))
     media = sorted(str(p) for p in Path("/dev").glob("media*"))
-    if video or media:
-        unreadable = [p for p in video + media if not os.access(p, os.R_OK | os.W_OK)]
-        detail = f"{len(video)} /dev/video*, {len(media)} /dev/media*"
-        if unreadable:
-            out.append(
-                Check(
-                    "camera devices",
-                    WARN,
-                    f"{detail}; no read/write access to {', '.join(unreadable[:3])} "
-                    "(add the user to the video group)",
-                )
-            )
-        else:
-            out.append(Check("camera devices", OK, detail))
-    else:
-        out.append(
-            Check(
-                "camera devices",
-                WARN,
-                "no /dev/video* or /dev/media*: no camera here "
-                "(replay and fake sources still work)",
-            )
+    if not (video or media):
+        why = "no /dev/video* or /dev/media*: no camera here (replay and fake sources still work)"
+        return Check("camera devices", WARN, why)
+    unreadable = [p for p in video + media if not os.access(p, os.R_OK | os.W_OK)]
+    detail = f"{len(video)} /dev/video*, {len(media)} /dev/media*"
+    if unreadable:
+        return Check(
+            "camera devices",
+            WARN,
+            f"{detail}; no read/write access to {', '.join(unreadable[:3])} "
+            "(add the user to the video group)",
         )
-    if importlib.util.find_spec("picamera2") is not None:
-        # Really import it: on bookworm a numpy 2 in the venv makes the import fail
-        # although the package is there (its apt-built extensions need numpy 1).
-        try:
-            importlib.import_module("picamera2")
-        except Exception as exc:
-            out.append(
-                Check(
-                    "picamera2",
-                    WARN,
-                    f"installed but fails to import ({type(exc).__name__}: {first_line(exc)}); "
-                    "bookworm needs numpy<2 in the venv (scripts/install-pi.sh pins it)",
-                )
-            )
-        else:
-            out.append(Check("picamera2", OK, "importable"))
-    else:
-        out.append(
-            Check(
-                "picamera2",
-                WARN,
-                "not importable (Pi camera: sudo apt install python3-picamera2, "
-                "venv with --system-site-packages)",
-            )
+    return Check("camera devices", OK, detail)
+
+
+def _picamera2() -> Check:
+    if importlib.util.find_spec("picamera2") is None:
+        return Check(
+            "picamera2",
+            WARN,
+            "not importable (Pi camera: sudo apt install python3-picamera2, "
+            "venv with --system-site-packages)",
         )
-    if importlib.util.find_spec("cv2") is not None:
-        out.append(Check("opencv", OK, "importable (opencv and video replay sources available)"))
-    else:
-        out.append(
-            Check(
-                "opencv", WARN, "not importable (USB cameras: pip install opencv-python-headless)"
-            )
+    # Really import it: on bookworm a numpy 2 in the venv makes the import fail
+    # although the package is there (its apt-built extensions need numpy 1).
+    try:
+        importlib.import_module("picamera2")
+    except Exception as exc:
+        return Check(
+            "picamera2",
+            WARN,
+            f"installed but fails to import ({type(exc).__name__}: {first_line(exc)}); "
+            "bookworm needs numpy<2 in the venv (scripts/install-pi.sh pins it)",
         )
-    return out
+    return Check("picamera2", OK, "importable")
 
 
 def check_dir(name: str, directory: Path, blocking: bool) -> Check:

@@ -50,6 +50,13 @@ def parser() -> argparse.ArgumentParser:
         help="model directory to write (default: $DA3_EDGE_MODELS, else "
         "~/.local/share/da3-edge/models)",
     )
+    _what_options(p)
+    _how_options(p)
+    return p
+
+
+def _what_options(p: argparse.ArgumentParser) -> None:
+    """Which artifacts: precisions and shapes."""
     p.add_argument(
         "--precision",
         default="fp32,fp16,int8",
@@ -72,6 +79,10 @@ def parser() -> argparse.ArgumentParser:
         help="one input shape, sides multiples of 14; repeatable; 'default' stands for "
         "378x504, 504x378, 280x504 and 504x280 (--size 504)",
     )
+
+
+def _how_options(p: argparse.ArgumentParser) -> None:
+    """What else is written, and what is checked and shown."""
     p.add_argument(
         "--save-weights",
         metavar="DIR",
@@ -100,7 +111,6 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip running each artifact against the official forward",
     )
-    return p
 
 
 def parse_shapes(

@@ -17,10 +17,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge import frames, images, trace
 from edge.commands import options
 from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError, report
+
+if TYPE_CHECKING:
+    from edge.pipeline import Pipeline
 
 
 def parser() -> argparse.ArgumentParser:
@@ -155,33 +159,20 @@ def main(args: Sequence[str] | None = None) -> int:
     if list(ns.inputs).count("-") > 1:
         raise UsageError("- (stdin) can be given once")
     out = Path(ns.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".da3-edge-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot write outputs here ({exc.strerror or exc})") from None
+    _check_writable(out)
 
     from edge.pipeline import Pipeline, PipelineSpec
 
     trace.mark("imports")
     items = list(expand(ns.inputs))
     total = len(items)
-    failures = 0
-    written = 0
+    failures = written = 0
     taken: set[str] = set()
     say_progress = total > 1
     spec = PipelineSpec(
-        ns.models,
-        precision=ns.precision,
-        stages=ns.stages,
-        size=ns.size,
-        threads=ns.threads,
-        strict_shape=ns.strict_shape,
-        max_pixels=ns.max_pixels,
-        weight_cache=ns.weight_cache,
-    )
+        ns.models, precision=ns.precision, stages=ns.stages, size=ns.size, threads=ns.threads,
+        strict_shape=ns.strict_shape, max_pixels=ns.max_pixels, weight_cache=ns.weight_cache,
+    )  # fmt: skip
     with Pipeline.load(spec) as pipeline:
         trace.mark("pipeline loaded")
         if any(a.random_init for a in pipeline.manifest.cores()):
@@ -191,25 +182,11 @@ def main(args: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
         for index, item in enumerate(items, 1):
-            if isinstance(item, EdgeError):
-                failures += 1
-                report(item)
-                continue
             start = time.perf_counter()
             try:
-                source = sys.stdin.buffer.read() if item.source == "-" else item.source
-                frame = pipeline.run(
-                    source, name=item.label, last=index == total, keep_rgb="rgb" in formats
-                )
-                key = "-" if item.source == "-" else str(Path(item.source).resolve())
-                stem = claim_stem(out, item.stem, key, taken, formats)
-                try:
-                    frames.write(frame, out, stem, formats, extra={"source": key})
-                    trace.mark("written")
-                except OSError as exc:
-                    raise OutputError(
-                        f"{item.label}: cannot write to {out} ({exc.strerror or exc})"
-                    ) from None
+                if isinstance(item, EdgeError):
+                    raise item
+                stem = _snap_one(pipeline, item, out, formats, taken, last=index == total)
             except EdgeError as exc:
                 failures += 1
                 report(exc)
@@ -221,3 +198,30 @@ def main(args: Sequence[str] | None = None) -> int:
     if say_progress or failures:
         print(f"{written} written, {failures} failed", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _check_writable(out: Path) -> None:
+    """OutputError unless ``out`` is (or can be made) a folder this user can write in."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".da3-edge-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot write outputs here ({exc.strerror or exc})") from None
+
+
+def _snap_one(
+    pipeline: Pipeline, item: Item, out: Path, formats: list[str], taken: set[str], *, last: bool
+) -> str:
+    """One input through the pipeline, its outputs written under a stem of its own."""
+    source = sys.stdin.buffer.read() if item.source == "-" else item.source
+    frame = pipeline.run(source, name=item.label, last=last, keep_rgb="rgb" in formats)
+    key = "-" if item.source == "-" else str(Path(item.source).resolve())
+    stem = claim_stem(out, item.stem, key, taken, formats)
+    try:
+        frames.write(frame, out, stem, formats, extra={"source": key})
+        trace.mark("written")
+    except OSError as exc:
+        raise OutputError(f"{item.label}: cannot write to {out} ({exc.strerror or exc})") from None
+    return stem

@@ -23,16 +23,18 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edge import atomic, layout, platform
 from edge.config import Config
+from edge.daemon.parts import camera_core
 from edge.daemon.writer import iso
 
 if TYPE_CHECKING:
     from edge.daemon.capture import Capture, Mailbox
     from edge.daemon.inference import Inference, Results
     from edge.daemon.writer import Writer
+    from edge.store import FrameStore, Persistence
 
 log = logging.getLogger("edge.daemon")
 FORMAT = 1
@@ -113,3 +115,94 @@ class StatusFile:
         with contextlib.suppress(OSError):
             for leftover in root.glob(f".{NAME}.*.tmp"):
                 leftover.unlink(missing_ok=True)
+
+
+class Reporting(Protocol):
+    """What status.json and the STATUS line read of the daemon (``Daemon``)."""
+
+    state: str
+    config: Config
+    store: FrameStore
+    capture: Capture
+    inference: Inference
+    writer: Writer
+    last_reload: dict[str, Any] | None
+
+    def counters(self) -> dict[str, Any]: ...
+
+
+def text(d: Reporting) -> str:
+    """The one line sd_notify's STATUS and the log say of the daemon."""
+    c, window = d.counters(), d.writer.window.summary()
+    lat = window["latency_ms"]["p50"] or 0.0
+    return (
+        f"fps {window['fps']:.2f}, latency p50 {lat:.0f} ms, captured {c['captured']}, "
+        f"written {c['written']}, dropped {c['dropped_stale'] + c['dropped_write']}, "
+        f"failed {c['failed_inference']}, "
+        f"frozen {c['frozen']}, reopens {c['reopens']}, "
+        f"errors camera {c['camera_errors']} / write {c['failed_write']}, "
+        f"camera {said(d.capture.state)}, store {said(d.writer.state)}"
+    )
+
+
+def document(d: Reporting) -> dict[str, Any]:
+    """status.json's content but for what ``StatusFile.write`` adds."""
+    pipeline, config = d.inference.pipeline, d.config
+    cores = pipeline.artifacts
+    camera_state, camera_reason = d.capture.state
+    store_state, store_reason = d.writer.state
+    return {
+        "state": d.state,
+        "config": {"path": config.path, "digest": config_digest(config)},
+        "model": {
+            "dir": str(pipeline.manifest.directory),
+            "model": pipeline.manifest.model,
+            "precision": pipeline.precision,
+            "stages": pipeline.stages.name,
+            "workers": pipeline.workers,
+            "size": pipeline.size,
+            "shape": camera_core(config.camera, pipeline),
+            "shapes": [list(s) for s in pipeline.shapes],
+            "weights": sorted({a.weights for a in cores}),
+            "random_init": any(a.random_init for a in cores),
+        },
+        "camera": {
+            "source": config.camera.source,
+            "state": camera_state,
+            "reason": camera_reason,
+            "controls": d.capture.controls(),
+        },
+        "store": {
+            "dir": str(d.store.root),
+            "id": d.store.instance,
+            "state": store_state,
+            "reason": store_reason,
+            "cap_bytes": d.store.cap,
+        },
+        "persist": _persist(d.store.persist),
+        "counters": d.counters(),
+        "window": d.writer.window.summary(),
+        "reload": d.last_reload,
+    }
+
+
+def _persist(persist: Persistence | None) -> dict[str, Any] | None:
+    if persist is None:
+        return None
+    state, reason = persist.state
+    return {
+        "dir": str(persist.directory),
+        "state": state,
+        "reason": reason,
+        "copied": persist.copied,
+        "failed": persist.failed,
+    }
+
+
+def said(state: tuple[str, str | None]) -> str:
+    """A (state, reason) pair as the STATUS line says it: "ok", "reconnecting in 2.0 s
+    (...)", "not writing: No space left on device"."""
+    name, reason = state
+    if not reason:
+        return name
+    return f"{name}{': ' if name == 'not writing' else ' '}{reason}"

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,63 +131,22 @@ def export(
     written: list[Artifact] = []
     programs: dict[str, bytes] = {}  # the stage programs, built at the first shape
     net = weights.net.eval()
-    total = len(shapes)
     for n, shape in enumerate(shapes, 1):
-        h, w = shape
-        prefix = f"[{n}/{total}] {h}x{w}"
+        prefix = f"[{n}/{len(shapes)}] {shape[0]}x{shape[1]}"
         t0 = time.monotonic()
         say(f"{prefix}: torch.export + LiteRT conversion (fp32; about half a minute)...")
-        module = MonoDepth(net, h, w).eval()
-        sample = torch.from_numpy(verification_input(shape))
-        with torch.no_grad():
-            fp32 = _convert_fp32(module, sample, out)
-            reference = None
-            if verify:
-                official = net(sample[:, None])
-                reference = (
-                    official.depth[0, 0].numpy().astype(np.float32),
-                    official.depth_conf[0, 0].numpy().astype(np.float32),
-                )
-        del module
+        fp32, sample, reference = _convert(net, shape, out, verify)
         say(f"{prefix}: converted in {time.monotonic() - t0:.1f} s")
         for precision in precisions:
             t1 = time.monotonic()
             data = fp32 if precision == "fp32" else _quantize(fp32, precision)
             name = artifact_name(shape, precision)
-            tmp = out / f".{name}.verify"
-            atomic.write_bytes(tmp, data)
-            check: dict[str, float] = {}
-            try:
-                if reference is not None:
-                    depth, conf = run_litert(tmp, sample.numpy())
-                    check = compare(reference[0], depth, precision)
-                    check["conf_pearson"] = compare(reference[1], conf, precision)["pearson"]
-                    if not check["ok"]:
-                        raise EdgeError(
-                            f"{name}: drifted from the official forward "
-                            f"(pearson {check['pearson']:.6f}, rel-L2 {check['rel_l2']:.2e}; "
-                            f"limits {TOLERANCES[precision]})"
-                        )
-                tmp.replace(out / name)
-            finally:
-                tmp.unlink(missing_ok=True)
+            check = _write_verified(out / name, data, precision, sample, reference)
             artifact = Artifact(
-                file=name,
-                kind="core",
-                shape=shape,
-                precision=precision,
-                bytes=len(data),
+                file=name, kind="core", shape=shape, precision=precision, bytes=len(data),
                 sha256=sha256_file(out / name),
-                provenance={
-                    "model": MODEL_NAME,
-                    "weights": weights.provenance,
-                    "random_init": weights.random_init,
-                    "source": weights.source,
-                    "versions": versions,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "verify": {k: v for k, v in check.items() if k != "ok"},
-                },
-            )
+                provenance=_core_provenance(weights, versions, check),
+            )  # fmt: skip
             manifest.upsert(artifact)
             manifest.save()
             written.append(artifact)
@@ -203,6 +163,68 @@ def export(
         if with_stages:
             written += _export_stages(shape, out, manifest, programs, versions, prefix, say)
     return ExportResult(written, time.monotonic() - start)
+
+
+Reference = tuple[np.ndarray, np.ndarray]  # the official forward's depth and confidence
+
+
+def _convert(
+    net: Any, shape: tuple[int, int], out: Path, verify: bool
+) -> tuple[bytes, np.ndarray, Reference | None]:
+    """The fp32 core at ``shape``, the input it is verified on, and the official
+    forward's output on that input (when ``verify``)."""
+    module = MonoDepth(net, *shape).eval()
+    sample = torch.from_numpy(verification_input(shape))
+    with torch.no_grad():
+        fp32 = _convert_fp32(module, sample, out)
+        reference = None
+        if verify:
+            official = net(sample[:, None])
+            reference = (
+                official.depth[0, 0].numpy().astype(np.float32),
+                official.depth_conf[0, 0].numpy().astype(np.float32),
+            )
+    return fp32, sample.numpy(), reference
+
+
+def _write_verified(
+    path: Path, data: bytes, precision: str, sample: np.ndarray, reference: Reference | None
+) -> dict[str, float]:
+    """``data`` written at ``path`` once LiteRT's output on ``sample`` matches the
+    reference within the precision's tolerances (EdgeError, nothing written, when it
+    does not); the comparison's figures, none without a reference."""
+    tmp = path.with_name(f".{path.name}.verify")
+    atomic.write_bytes(tmp, data)
+    check: dict[str, float] = {}
+    try:
+        if reference is not None:
+            depth, conf = run_litert(tmp, sample)
+            check = compare(reference[0], depth, precision)
+            check["conf_pearson"] = compare(reference[1], conf, precision)["pearson"]
+            if not check["ok"]:
+                raise EdgeError(
+                    f"{path.name}: drifted from the official forward "
+                    f"(pearson {check['pearson']:.6f}, rel-L2 {check['rel_l2']:.2e}; "
+                    f"limits {TOLERANCES[precision]})"
+                )
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return check
+
+
+def _core_provenance(
+    weights: Weights, versions: dict[str, str], check: dict[str, float]
+) -> dict[str, Any]:
+    return {
+        "model": MODEL_NAME,
+        "weights": weights.provenance,
+        "random_init": weights.random_init,
+        "source": weights.source,
+        "versions": versions,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "verify": {k: v for k, v in check.items() if k != "ok"},
+    }
 
 
 STAGE_TOLERANCE = 1e-3  # a .pte against its reference (stages.check; normalised units / depth)

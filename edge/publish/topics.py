@@ -134,66 +134,38 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+# Home Assistant's health sensors: key, name, the stats field's template, and the rest.
+MEASURED = {"state_class": "measurement"}
+DIAGNOSTIC = {"entity_category": "diagnostic"}
+SENSORS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("fps", "Frames per second", "{{ value_json.fps }}",
+     {"unit_of_measurement": "frames/s", **MEASURED, "suggested_display_precision": 2}),
+    ("latency", "Latency p50", "{{ value_json.latency_p50_ms }}",
+     {"device_class": "duration", "unit_of_measurement": "ms", **MEASURED}),
+    ("last_frame", "Last frame", "{{ value_json.last_frame }}", {"device_class": "timestamp"}),
+    ("temperature", "SoC temperature", "{{ value_json.temperature_c }}",
+     {"device_class": "temperature", "unit_of_measurement": "°C", **MEASURED, **DIAGNOSTIC}),
+    ("written", "Frames written", "{{ value_json.written }}",
+     {"state_class": "total_increasing", **DIAGNOSTIC}),
+)  # fmt: skip
+
+
 def discovery(topics: Topics, *, preview: str) -> dict[str, Any]:
     """Home Assistant device-based discovery for this publisher: health sensors, and
     the depth preview and the scene as image entities when they are published (preview:
     config.PREVIEWS). Shared: the stats topic as the state topic, availability on our
     availability topic."""
     uid = f"da3edge_{topics.device_id}"
-
-    def sensor(key: str, name: str, template: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "p": "sensor", "name": name, "unique_id": f"{uid}_{key}",
-            "value_template": template, **extra,
-        }  # fmt: skip
-
     cmps: dict[str, dict[str, Any]] = {
-        "fps": sensor(
-            "fps",
-            "Frames per second",
-            "{{ value_json.fps }}",
-            unit_of_measurement="frames/s",
-            state_class="measurement",
-            suggested_display_precision=2,
-        ),
-        "latency": sensor(
-            "latency",
-            "Latency p50",
-            "{{ value_json.latency_p50_ms }}",
-            device_class="duration",
-            unit_of_measurement="ms",
-            state_class="measurement",
-        ),
-        "last_frame": sensor(
-            "last_frame", "Last frame", "{{ value_json.last_frame }}", device_class="timestamp"
-        ),
-        "temperature": sensor(
-            "temperature",
-            "SoC temperature",
-            "{{ value_json.temperature_c }}",
-            device_class="temperature",
-            unit_of_measurement="°C",
-            state_class="measurement",
-            entity_category="diagnostic",
-        ),
-        "written": sensor(
-            "written",
-            "Frames written",
-            "{{ value_json.written }}",
-            state_class="total_increasing",
-            entity_category="diagnostic",
-        ),
-        "throttled": {
-            "p": "binary_sensor",
-            "name": "Throttled",
-            "unique_id": f"{uid}_throttled",
-            "device_class": "problem",
-            "value_template": "{{ value_json.throttled }}",
-            "payload_on": "ON",
-            "payload_off": "OFF",
-            "entity_category": "diagnostic",
-        },
-    }
+        key: {"p": "sensor", "name": name, "unique_id": f"{uid}_{key}",
+              "value_template": template, **extra}
+        for key, name, template, extra in SENSORS
+    }  # fmt: skip
+    cmps["throttled"] = {
+        "p": "binary_sensor", "name": "Throttled", "unique_id": f"{uid}_throttled",
+        "device_class": "problem", "value_template": "{{ value_json.throttled }}",
+        "payload_on": "ON", "payload_off": "OFF", **DIAGNOSTIC,
+    }  # fmt: skip
     if preview in ("depth", "both"):
         cmps["preview"] = {
             "p": "image", "name": "Relative depth preview", "unique_id": f"{uid}_preview",

@@ -44,7 +44,7 @@ def run(config: Config, store: Path) -> int:
 
     from edge.serve.app import make_app
     from edge.serve.auth import Guard, credentials
-    from edge.serve.limits import HostCheck, Limits, protocol
+    from edge.serve.limits import HostCheck, protocol
 
     validate(config, parts=("serve",))  # beyond loopback only with credentials
     serve = config.serve
@@ -55,13 +55,12 @@ def run(config: Config, store: Path) -> int:
     guarded: Any = Guard(app, creds)
     if is_loopback(serve.host):
         guarded = HostCheck(guarded, serve.hosts)
-    limits = Limits(serve.connections, serve.header_timeout, serve.send_timeout)
     # Open /events and /stream.mjpg clients get 2 s at a stop, then are closed. The
     # listen backlog is also how many connections asyncio accepts in one turn, before
     # the ones made to give way are closed: uvicorn's 2048 lets a burst run serve out of
     # a unit's 1024 files (EMFILE; accepting pauses). At ``connections``: at most twice that.
     config_ = uvicorn.Config(
-        guarded, http=protocol(limits), log_level="warning", access_log=False,
+        guarded, http=protocol(serve), log_level="warning", access_log=False,
         lifespan="on", timeout_graceful_shutdown=2, backlog=serve.connections,
     )  # fmt: skip
     server = uvicorn.Server(config_)

@@ -24,88 +24,87 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from edge.config import ServeConfig
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 
 
-@dataclass(frozen=True)
-class Limits:
-    connections: int = 128
-    header_timeout: float = 10.0
-    send_timeout: float = 10.0
+class Bounded(H11Protocol):
+    """uvicorn's h11 protocol within serve's limits; ``protocol`` makes one per config."""
 
+    serve: ClassVar[ServeConfig]
 
-def protocol(limits: Limits) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with ``limits`` (pass as ``uvicorn.Config(http=...)``)."""
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._waiting_since = self.loop.time()
+        if len(self.connections) >= self.serve.connections:
+            waiting = [
+                c for c in self.connections
+                if isinstance(c, Bounded) and c._header_timer is not None
+            ]  # fmt: skip
+            if not waiting:
+                self.transport = transport  # connection_lost closes it
+                transport.abort()
+                return
+            min(waiting, key=lambda c: c._waiting_since)._expire()
+        super().connection_made(transport)
+        self._arm_header_timer()
 
-    class Bounded(H11Protocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            self._header_timer: asyncio.TimerHandle | None = None
-            self._send_timer: asyncio.TimerHandle | None = None
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
             self._waiting_since = self.loop.time()
-            if len(self.connections) >= limits.connections:
-                waiting = [
-                    c for c in self.connections
-                    if isinstance(c, Bounded) and c._header_timer is not None
-                ]  # fmt: skip
-                if not waiting:
-                    self.transport = transport  # connection_lost closes it
-                    transport.abort()
-                    return
-                min(waiting, key=lambda c: c._waiting_since)._expire()
-            super().connection_made(transport)
-            self._arm_header_timer()
+            self._header_timer = self.loop.call_later(self.serve.header_timeout, self._expire)
 
-        def _arm_header_timer(self) -> None:
-            if self._header_timer is None:
-                self._waiting_since = self.loop.time()
-                self._header_timer = self.loop.call_later(limits.header_timeout, self._expire)
+    def _disarm(self) -> None:
+        for timer in (self._header_timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
+        self._header_timer = self._send_timer = None
 
-        def _disarm(self) -> None:
-            for timer in (self._header_timer, self._send_timer):
-                if timer is not None:
-                    timer.cancel()
-            self._header_timer = self._send_timer = None
+    def _expire(self) -> None:
+        """Drop the connection now (its own timer ran out, or a new one needs room);
+        no longer waiting, so no one picks it again before it is gone."""
+        self._disarm()
+        self.transport.abort()
 
-        def _expire(self) -> None:
-            """Drop the connection now (its own timer ran out, or a new one needs room);
-            no longer waiting, so no one picks it again before it is gone."""
-            self._disarm()
-            self.transport.abort()
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        busy = self.cycle is not None and not self.cycle.response_complete
+        if busy and self._header_timer is not None:
+            self._header_timer.cancel()  # the request is in: its headers came in time
+            self._header_timer = None
 
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            busy = self.cycle is not None and not self.cycle.response_complete
-            if busy and self._header_timer is not None:
-                self._header_timer.cancel()  # the request is in: its headers came in time
-                self._header_timer = None
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # may start a pipelined request at once
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and not self.transport.is_closing():
+            self._arm_header_timer()  # keep-alive: the next request's headers, in time
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()  # may start a pipelined request at once
-            idle = self.cycle is None or self.cycle.response_complete
-            if idle and not self.transport.is_closing():
-                self._arm_header_timer()  # keep-alive: the next request's headers, in time
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.serve.send_timeout, self.transport.abort)
 
-        def pause_writing(self) -> None:
-            super().pause_writing()
-            if self._send_timer is None:
-                self._send_timer = self.loop.call_later(limits.send_timeout, self.transport.abort)
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
 
-        def resume_writing(self) -> None:
-            super().resume_writing()
-            if self._send_timer is not None:
-                self._send_timer.cancel()
-                self._send_timer = None
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
 
-    return Bounded
+def protocol(serve: ServeConfig) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with ``serve``'s limits (connections, header_timeout,
+    send_timeout; pass as ``uvicorn.Config(http=...)``)."""
+    return type("Bounded", (Bounded,), {"serve": serve})
 
 
 class HostCheck:

@@ -299,7 +299,7 @@ def core_size(models: Path, width: int, height: int) -> int:
 
 def small_stream(models: Path, width: int, height: int) -> tuple[int, int] | None:
     """The small stream the daemon asks of a ``width`` x ``height`` camera for the fp16
-    cores of ``models`` (edge.daemon.service.camera_streams), which the virtual camera
+    cores of ``models`` (edge.daemon.parts.camera_streams), which the virtual camera
     must offer: the long side of the core its pipeline chooses for that picture."""
     from edge.camera import Streams
 
