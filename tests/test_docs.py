@@ -119,3 +119,35 @@ def test_owner_commands_install_no_developer_tools() -> None:
         if re.search(r"\buv run (?!--no-dev\b)(?:--\S+ )*da3-edge\b", line)
     ]
     assert not bad, bad
+
+
+CHANGELOG_SECTIONS = ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")
+
+
+def changelog_problems(text: str) -> list[str]:
+    """Where ``text`` is not a changelog for users in Keep a Changelog's form: releases
+    (``## [Unreleased]``, ``## [1.2.3] - 2026-12-06``) holding only its six kinds of
+    change as bullets; no tables or deeper headings (measurements live in the docs)."""
+    problems = []
+    release = re.compile(r"## \[(Unreleased|\d+\.\d+\.\d+)\]( - \d{4}-\d{2}-\d{2})?")
+    in_release = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            in_release = bool(release.fullmatch(line))
+            if not in_release:
+                problems.append(f"{n}: not a release heading: {line}")
+        elif line.startswith("### ") and line[4:] not in CHANGELOG_SECTIONS:
+            problems.append(f"{n}: not one of {', '.join(CHANGELOG_SECTIONS)}: {line}")
+        elif line.startswith(("####", "|")):
+            problems.append(f"{n}: a table or a deeper heading: {line[:40]}")
+        elif in_release and line and not line.startswith(("### ", "- ", "  ")):
+            problems.append(f"{n}: not a bullet: {line[:40]}")
+    return problems
+
+
+def test_the_changelog_is_for_users() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in text or re.search(r"^## \[\d", text, re.M)
+    assert changelog_problems(text) == []
+    notebook = "## Unreleased (0.1.0)\n\n### Performance: what each change measured\n| a |\n"
+    assert len(changelog_problems(notebook)) == 3

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What preprocessing the camera's picture costs the daemon, in paired alternating rounds.
 
-    uv run --frozen --no-sync python -m scripts.bench_daemon_preprocess [--rounds 8]
+    uv run --frozen --no-sync python -m scripts.experiments.bench_daemon_preprocess [--rounds 8]
 
 Each round times the fp16 core alone (compare_pytorch's ``core_latency``: best of 5),
 then runs `da3-edge run` (this checkout, default config) twice: on replayed 1200x1600
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from edge import bench
-from scripts.bench_daemon_ab import one_run
+from scripts.experiments.bench_daemon_ab import one_run
 from scripts.support import ROOT
 from scripts.support.compare_pytorch.measure import core_latency
 from scripts.support.replay import replay_photos, tmpfs_dir

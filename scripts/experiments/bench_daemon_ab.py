@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Daemon frames/s, old code against new, in paired alternating rounds.
 
-    uv run --frozen --no-sync python -m scripts.bench_daemon_ab --old REV [--rounds 5]
+    uv run --frozen --no-sync python -m scripts.experiments.bench_daemon_ab --old REV [--rounds 5]
 
 Each round runs `da3-edge run` twice on the same replay (1200x1600 photo-like JPEGs,
 delivered faster than the daemon keeps up; the store on a tmpfs), once from ``REV`` (a `git archive` of

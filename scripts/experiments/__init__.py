@@ -1,0 +1,1 @@
+"""One-off measurement tools of past investigations (README.md: what each fed)."""
