@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import ConfigError
-from edge.layout import DEFAULT_FORMATS, FORMATS
 from edge.models import PRECISIONS, check_size
 from edge.stages import CHOICES
+from edge.store.layout import DEFAULT_FORMATS, FORMATS
 
 STAGES = CHOICES
 

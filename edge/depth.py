@@ -1,6 +1,6 @@
 """``DepthFrame``: what the pipeline makes of one image, and what writers and the store take.
 
-Its own module so that consumers of results (``edge.frames``, ``edge.store``, the
+Its own module so that consumers of results (``edge.frames``, ``edge.store.ring``, the
 daemon's writer) do not import their producer: importing it loads numpy only.
 """
 

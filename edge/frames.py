@@ -32,9 +32,9 @@ import numpy as np
 
 from edge import __version__, atomic
 from edge.depth import DepthFrame
-from edge.layout import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
-from edge.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
-from edge.layout import SUFFIXES as SUFFIXES
+from edge.store.layout import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
+from edge.store.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
+from edge.store.layout import SUFFIXES as SUFFIXES
 
 # Inferno as a degree-6 polynomial per channel (Matt Zucker's fit of matplotlib's map).
 _INFERNO = np.array(

@@ -30,7 +30,7 @@ from edge.daemon.writer import Writer
 from edge.fakecore import fake_models
 from edge.models import size_shapes
 from edge.pipeline import Pipeline
-from edge.store import FrameStore
+from edge.store.ring import FrameStore
 from edge.systemd import Notifier
 from scripts.support import fakedaemon, tools
 from scripts.support.daemon import (

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from edge import atomic
-from edge.follow import Follower, latest
+from edge.store.follow import Follower
+from edge.store.read import latest
 
 
 def publish(root: Path, seq: int) -> None:
@@ -72,7 +73,7 @@ def test_wait_wakes_as_soon_as_a_frame_is_published(tmp_path: Path) -> None:
 
 
 def test_polling_where_there_is_no_inotify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edge import follow
+    from edge.store import follow
 
     def no_inotify() -> None:
         raise OSError(38, "Function not implemented")

@@ -145,6 +145,55 @@ def test_the_import_rule_finds_each_wrong_arrow(tmp_path: Path) -> None:
     ]
 
 
+# Inside edge: the daemon writes through the store and reaches no consumer (serve,
+# publish, a store's reader or follower); the store's writer (the ring) reads nothing
+# of the reader side; the reader side loads no array code.
+MAY_NOT = {
+    "edge.daemon": ("edge.serve", "edge.publish", "edge.store.read", "edge.store.follow"),
+    "edge.store.ring": ("edge.store.read", "edge.store.follow"),
+    "edge.store.read": ("numpy", "edge.store.ring", "edge.frames"),
+    "edge.store.follow": ("numpy", "edge.store.ring", "edge.frames"),
+    "edge.store.trust": ("numpy", "edge.store.ring", "edge.frames"),
+    "edge.store.layout": ("numpy", "edge.store.ring", "edge.frames"),
+}
+
+
+def forbidden_arrows(root: Path) -> list[str]:
+    known = modules(root)
+    found = []
+    for name, path in sorted(known.items()):
+        for part, targets in MAY_NOT.items():
+            if name != part and not name.startswith(part + "."):
+                continue
+            for line, target in imported(name, path, known):
+                if any(target == t or target.startswith(t + ".") for t in targets):
+                    found.append(f"{path.relative_to(root)}:{line} {name} -> {target}")
+    return found
+
+
+def test_the_daemon_reaches_no_consumer_and_the_writer_no_reader() -> None:
+    assert not forbidden_arrows(ROOT), "\n".join(forbidden_arrows(ROOT))
+
+
+def test_the_rule_finds_a_daemon_that_imports_a_reader(tmp_path: Path) -> None:
+    tree = {
+        "edge/__init__.py": "",
+        "edge/daemon/service.py": "from edge.store.read import latest\nfrom edge.store import ring\n",
+        "edge/store/__init__.py": "",
+        "edge/store/follow.py": "",
+        "edge/store/ring.py": "from edge.store import follow\n",
+        "edge/store/read.py": "import numpy as np\n",
+    }
+    for name, text in tree.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert [arrow.split(" ", 1)[1] for arrow in forbidden_arrows(tmp_path)] == [
+        "edge.daemon.service -> edge.store.read",
+        "edge.store.read -> numpy",
+        "edge.store.ring -> edge.store.follow",
+    ]
+
+
 def shipped_for_maintainers(root: Path) -> list[str]:
     """Public top-level functions and classes of edge/ whose name appears nowhere else in
     the package, nor among pyproject.toml's entry points: shipped, though only the

@@ -425,9 +425,9 @@ def test_sigterm_with_a_stream_open_exits_promptly(tmp_path: Path) -> None:
 
 def health_of(root: Path, status: dict[str, Any] | None, *, max_age: float = 2.0) -> str:
     """serve's health verdict over ``root`` with ``status`` as its status.json."""
-    from edge import layout
     from edge.serve.app import health
     from edge.serve.hub import Hub
+    from edge.store import layout
 
     if status is not None:
         (root / layout.STATUS).write_text(json.dumps(status))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edge.store import FS_SHARE, FrameStore
+from edge.store.ring import FS_SHARE, FrameStore
 from scripts.support.store import depth_frame
 from scripts.support.tools import tmpfs
 

@@ -250,10 +250,10 @@ def check_dir(name: str, directory: Path, blocking: bool) -> Check:
 
 def check_store(given: Path | None) -> Check:
     """The store ``da3-edge run`` would use: there is a private place for it, and one
-    that exists already can be trusted (edge.follow.check_root)."""
+    that exists already can be trusted (edge.store.trust.check_root)."""
     from edge.errors import ConfigError, UnsafeStore
-    from edge.follow import refuse_unsafe
-    from edge.layout import default_store_dir
+    from edge.store.layout import default_store_dir
+    from edge.store.trust import refuse_unsafe
 
     try:
         store = given or default_store_dir()
@@ -291,9 +291,9 @@ def check_readers_store(store: Path, st: os.stat_result) -> Check:
 def check_camera_controls(store: Path | None) -> list[Check]:
     """What the running daemon's camera did of its [camera] controls, as its source read
     them back (status.json in the store), when a daemon has run there."""
-    from edge import layout
     from edge.errors import ConfigError
-    from edge.follow import read_json
+    from edge.store import layout
+    from edge.store.read import read_json
 
     try:
         status = read_json(store or _default_store(), layout.STATUS)
@@ -307,7 +307,7 @@ def check_camera_controls(store: Path | None) -> list[Check]:
 
 
 def _default_store() -> Path:
-    from edge.layout import default_store_dir
+    from edge.store.layout import default_store_dir
 
     return default_store_dir()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from edge import config as config_mod
 from edge.commands import options
@@ -41,12 +40,10 @@ def main(args: Sequence[str] | None = None) -> int:
 
         Notifier.from_env().ready(why)
         return 0
-    from edge.follow import refuse_unsafe
-    from edge.layout import default_store_dir
     from edge.log import setup_logging
     from edge.publish import run
+    from edge.store.trust import store_to_read
 
-    store = Path(ns.store or config.store.dir or default_store_dir())
-    refuse_unsafe(store)
+    store = store_to_read(ns.store, config.store.dir)
     setup_logging()
     return run(config.mqtt, store)

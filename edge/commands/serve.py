@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from edge import config as config_mod
 from edge.commands import options
@@ -44,12 +43,9 @@ def main(args: Sequence[str] | None = None) -> int:
         serve = replace(serve, port=ns.port)
     config = replace(config, serve=serve)
     config_mod.validate(config, parts=("serve",))
-    from edge.follow import refuse_unsafe
-    from edge.layout import default_store_dir
     from edge.log import setup_logging
     from edge.serve import run
+    from edge.store.trust import store_to_read
 
     setup_logging()
-    store = Path(ns.store or config.store.dir or default_store_dir())
-    refuse_unsafe(store)
-    return run(config, store)
+    return run(config, store_to_read(ns.store, config.store.dir))

@@ -10,7 +10,8 @@ from edge import config as config_mod
 from edge.camera import Streams
 from edge.errors import EdgeError
 from edge.pipeline import Pipeline, PipelineSpec
-from edge.store import FrameStore, default_store_dir
+from edge.store.layout import default_store_dir
+from edge.store.ring import FrameStore
 
 log = logging.getLogger("edge.daemon")
 

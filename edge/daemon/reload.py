@@ -16,7 +16,7 @@ from edge.daemon import status
 from edge.daemon.parts import camera_streams, make_store
 from edge.daemon.writer import iso
 from edge.errors import first_line
-from edge.follow import refuse_unsafe
+from edge.store.trust import refuse_unsafe
 
 if TYPE_CHECKING:
     from edge.camera import Streams

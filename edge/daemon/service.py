@@ -29,8 +29,8 @@ from edge.daemon.inference import Inference, Results
 from edge.daemon.parts import camera_streams, load_pipeline, make_store
 from edge.daemon.writer import Writer
 from edge.errors import CameraWedged, first_line
-from edge.follow import refuse_unsafe
 from edge.pipeline import Pipeline
+from edge.store.trust import refuse_unsafe
 from edge.systemd import Notifier
 
 log = logging.getLogger("edge.daemon")

@@ -25,16 +25,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from edge import atomic, layout, platform
+from edge import atomic, platform
 from edge.config import Config
 from edge.daemon.parts import camera_core
 from edge.daemon.writer import iso
+from edge.store import layout
 
 if TYPE_CHECKING:
     from edge.daemon.capture import Capture, Mailbox
     from edge.daemon.inference import Inference, Results
     from edge.daemon.writer import Writer
-    from edge.store import FrameStore, Persistence
+    from edge.store.ring import FrameStore, Persistence
 
 log = logging.getLogger("edge.daemon")
 FORMAT = 1

@@ -17,7 +17,7 @@ from typing import Any
 
 from edge.daemon.inference import Result, Results
 from edge.stats import nearest_rank
-from edge.store import FrameStore
+from edge.store.ring import FrameStore
 
 log = logging.getLogger("edge.daemon")
 

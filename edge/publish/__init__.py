@@ -1,6 +1,6 @@
 """``da3-edge publish``: frames and health from the store to an MQTT broker.
 
-A read-only companion like serve: it follows the store (``edge.follow``: inotify) and
+A read-only companion like serve: it follows the store (``edge.store.follow``: inotify) and
 reads ``status.json``; the daemon never waits for it. paho-mqtt's network thread keeps
 the connection (keepalive, reconnect with capped backoff; a refused login is logged in
 one line, once per reason, and retried the same way, never an exit into a restart
@@ -22,20 +22,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from edge import layout
 from edge.config import MqttConfig, is_loopback
 from edge.credentials import read_secret, read_secret_file
 from edge.errors import ConfigError
-from edge.follow import (
-    Follower,
-    frame_names,
-    latest,
-    published_since,
-    read_in,
-    read_json,
-    read_record,
-)
 from edge.publish import topics as t
+from edge.store import layout
+from edge.store.follow import Follower
+from edge.store.read import frame_names, latest, published_since, read_json, read_record
+from edge.store.trust import read_in
 from edge.systemd import Notifier
 
 log = logging.getLogger("edge.publish")

@@ -30,12 +30,13 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from edge import layout
 from edge.config import ServeConfig
 from edge.errors import UnsafeStore
-from edge.follow import check_root, frame_names, open_in, read_record
 from edge.serve.hub import VIEWS, Hub, Newest, Subscriber
 from edge.serve.metrics import Metrics
+from edge.store import layout
+from edge.store.read import frame_names, read_record
+from edge.store.trust import check_root, open_in
 
 NO_STORE = {"Cache-Control": "no-store"}
 BOUNDARY = b"da3edgeframe"

@@ -1,6 +1,6 @@
 """The store as serve sees it: the newest frame and the daemon's status, pushed.
 
-``Hub`` runs on serve's event loop. A ``Follower`` (edge/follow.py) tells it when
+``Hub`` runs on serve's event loop. A ``Follower`` (edge/store/follow.py) tells it when
 ``latest`` or ``status.json`` changes (its inotify fd is a loop reader; when
 polling, a task); each new frame's record goes to every subscriber of ``/events``.
 A subscriber's queue holds a few events: one that falls behind is dropped, never
@@ -19,18 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge import layout
-from edge.follow import (
-    Follower,
+from edge.store import layout
+from edge.store.follow import Follower
+from edge.store.read import (
     Published,
     frame_names,
     latest,
     published_since,
-    read_in,
     read_json,
     read_record,
-    read_store_id,
 )
+from edge.store.trust import read_in, read_store_id
 
 log = logging.getLogger("edge.serve")
 QUEUE = 4  # events a subscriber may fall behind by before it is dropped

