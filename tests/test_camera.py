@@ -96,15 +96,15 @@ def test_fps_paces_reads() -> None:
 
 
 def test_specs_open_the_named_source(tmp_path: Path) -> None:
-    assert isinstance(open_source("fake:ok*2", width=16, height=8), FakeCamera)
-    replay = open_source(f"replay:{tmp_path}@2.5:once")
+    assert isinstance(open_source("fake:ok*2", width=16, height=8, timeout=2.0), FakeCamera)
+    replay = open_source(f"replay:{tmp_path}@2.5:once", width=1280, height=720, timeout=2.0)
     assert isinstance(replay, ReplaySource)
     assert (replay.path, replay.fps, replay.loop) == (tmp_path, 2.5, False)
-    again = open_source(f"replay:{tmp_path}")
+    again = open_source(f"replay:{tmp_path}", width=1280, height=720, timeout=2.0)
     assert isinstance(again, ReplaySource) and again.fps == 5.0
     # picamera2[:INDEX]: libcamera's camera number, kept (it was dropped: camera 0 always).
     for spec, index in (("picamera2", 0), ("picamera2:1", 1), ("opencv:2", 2)):
-        source = open_source(spec)
+        source = open_source(spec, width=1280, height=720, timeout=2.0)
         assert isinstance(source, Picamera2Source | OpenCVSource) and source.index == index
 
 
@@ -140,13 +140,13 @@ def test_a_picamera2_index_libcamera_does_not_report_is_one_line() -> None:
 )
 def test_bad_specs_are_usage_errors(spec: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        open_source(spec)
+        open_source(spec, width=1280, height=720, timeout=2.0)
 
 
 def test_replay_plays_a_directory_in_name_order_and_ends_once(tmp_path: Path) -> None:
     for name, value in (("b.png", 200), ("a.png", 100)):
         Image.new("RGB", (4, 3), (value, 0, 0)).save(tmp_path / name)
-    with open_source(f"replay:{tmp_path}@1000:once") as cam:
+    with open_source(f"replay:{tmp_path}@1000:once", width=1280, height=720, timeout=2.0) as cam:
         first, second = cam.read(1.0), cam.read(1.0)
         assert (first.rgb[0, 0, 0], second.rgb[0, 0, 0]) == (100, 200)
         with pytest.raises(CameraError, match="end of images"):
@@ -349,7 +349,7 @@ def test_picamera2_controls_applied_and_read_back(fake_picamera2: type[_FakePica
     own code uses them, checked below), and what the camera did read back."""
     from edge.camera import Controls
 
-    source = open_source("picamera2", width=64, height=48)
+    source = open_source("picamera2", width=64, height=48, timeout=2.0)
     source.controls = Controls(hflip=True, vflip=True, af="manual", lens_position=2.0, fps=5.0)
     with source:
         frames = [source.read(1.0) for _ in range(6)]
@@ -389,7 +389,7 @@ def test_picamera2_fps_cap_holds_when_the_sensor_runs_faster(
     if not has_control:
         fake_picamera2.__init__ = no_limits  # type: ignore[method-assign]
     try:
-        source = open_source("picamera2", width=64, height=48)
+        source = open_source("picamera2", width=64, height=48, timeout=2.0)
         source.controls = Controls(fps=4.0)
         with source:
             frames = [source.read(1.0) for _ in range(7)]
@@ -429,7 +429,7 @@ def test_picamera2_controls_the_camera_lacks_are_one_line_each(
     fake_picamera2.flips = False
     fake_picamera2.__init__ = fixed_focus  # type: ignore[method-assign]
     try:
-        source = open_source("picamera2", width=64, height=48)
+        source = open_source("picamera2", width=64, height=48, timeout=2.0)
         source.controls = Controls(hflip=True, af="continuous")
         with source:
             source.read(1.0)
@@ -459,7 +459,9 @@ def test_the_control_names_are_picamera2s() -> None:
 def test_other_sources_say_once_that_they_ignore_controls() -> None:
     from edge.camera import Controls
 
-    fake = open_source("fake", width=16, height=8, controls=Controls(vflip=True, fps=2.0))
+    fake = open_source(
+        "fake", width=16, height=8, controls=Controls(vflip=True, fps=2.0), timeout=2.0
+    )
     assert fake.refused == [
         "fake: camera.vflip is a picamera2 control; not applied",
         "fake: camera.fps is a picamera2 control; not applied",
@@ -476,7 +478,7 @@ def test_picamera2_small_stream_feeds_the_pipeline(
     from edge.camera import Streams
 
     source = open_source(
-        "picamera2", width=64, height=48, streams=Streams(small=(32, 24), full=full)
+        "picamera2", width=64, height=48, streams=Streams(small=(32, 24), full=full), timeout=2.0
     )
     with source:
         frame = source.read(1.0)
@@ -503,7 +505,9 @@ def test_picamera2_without_a_second_stream_gives_the_full_picture(
     from edge.camera import Streams
 
     fake_picamera2.lores_fails = True
-    source = open_source("picamera2", width=64, height=48, streams=Streams(small=(32, 24)))
+    source = open_source(
+        "picamera2", width=64, height=48, streams=Streams(small=(32, 24)), timeout=2.0
+    )
     with source:
         frame = source.read(1.0)
     assert frame.rgb.shape == (48, 64, 3) and frame.camera_size is None
@@ -513,7 +517,9 @@ def test_picamera2_without_a_second_stream_gives_the_full_picture(
         "takes the full picture"
     ]
     fake_picamera2.lores_fails = False
-    source = open_source("picamera2", width=64, height=48, streams=Streams(small=(64, 48)))
+    source = open_source(
+        "picamera2", width=64, height=48, streams=Streams(small=(64, 48)), timeout=2.0
+    )
     with source:
         source.read(1.0)
     assert fake_picamera2.made[-1].asked["lores"] is None
@@ -537,7 +543,7 @@ def test_a_picamera2_stop_that_never_returns_is_a_wedged_camera() -> None:
         def stop(self) -> None:
             threading.Event().wait()
 
-    source = Picamera2Source(timeout=0.5)
+    source = Picamera2Source(timeout=0.5, width=1280, height=720)
     source._cam = Stuck()
     start = time.monotonic()
     with pytest.raises(CameraWedged, match=r"stop\(\) did not return within 3.5 s"):

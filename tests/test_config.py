@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+from collections.abc import Collection, Iterator
+from pathlib import Path
 
 import pytest
 
 from edge import config
 from edge.errors import ConfigError
+from scripts.support import ROOT
 
 
 def test_shipped_default_is_the_built_in_default() -> None:
@@ -57,7 +61,10 @@ def test_every_key_is_documented_with_its_flag() -> None:
             "[model]\nsize = 2016\n",
             "size 2016: the core's long side must be a multiple of 14 from 56 to 1008",
         ),
-        ("[store]\nformats = ['tiff']\n", "c.toml:2: store.formats has unknown format(s)"),
+        (
+            "[store]\nformats = ['tiff']\n",
+            "c.toml:2: store.formats has unknown value(s) ['tiff'] (use png, npz",
+        ),
         ("[camera]\nsource = 'usb'\n", "c.toml:2: camera.source is not a usable source"),
         ("[camera]\nsource = 'fake:explode'\n", "unknown step"),
         (
@@ -143,3 +150,102 @@ def test_a_read_timeout_shorter_than_two_frames_is_refused(
         f"c.toml:2: camera.fps {fps:g} gives a frame every {1 / fps:g} s: camera.timeout "
         f"({timeout:g} s) must be at least two frame intervals ({2 / fps:g} s)"
     )
+
+
+# What may keep a default that a config key has too, and why.
+OWN_DEFAULTS = {
+    "PipelineSpec": "the Python API of a still (snap, bench): the daemon's config sets each",
+    "Controls": "nothing asked of the camera, which the config's defaults are too",
+    "DepthFrame": "a record's field, filled from the pipeline that made the frame",
+    "fake_models": "the scripted stand-in's own model folder",
+}
+
+
+def second_places(root: Path, allowed: Collection[str] = tuple(OWN_DEFAULTS)) -> list[str]:
+    """Parameters and fields in ``root``/edge (config.py aside) named like a config key,
+    with a default equal to that key's: the default kept in a second place; and any
+    message there that refuses a key's value (its bounds kept in a second place)."""
+    from dataclasses import fields
+
+    defaults: dict[str, list[object]] = {}
+    for cls in config.SECTIONS.values():
+        for f in fields(cls):
+            defaults.setdefault(f.name, []).append(f.default)
+    keys = {f"{s}.{f.name}" for s, c in config.SECTIONS.items() for f in fields(c)}
+    found = []
+    for path in sorted((root / "edge").rglob("*.py")):
+        if path == root / "edge" / "config.py":
+            continue
+        where = path.relative_to(root)
+        for owner, name, value in _defaults_in(ast.parse(path.read_text())):
+            if name in defaults and owner not in allowed and value in defaults[name]:
+                found.append(f"{where}: {owner}({name}={value!r})")
+        found += [f"{where}: {key} must ..." for key in keys if f"{key} must" in path.read_text()]
+    return found
+
+
+def _defaults_in(tree: ast.AST) -> Iterator[tuple[str, str, object]]:
+    """(function or class, name, literal default) of every parameter and class field."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            positional = [*a.posonlyargs, *a.args]
+            pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True),
+                     *zip(a.kwonlyargs, a.kw_defaults, strict=True)]  # fmt: skip
+            for arg, default in pairs:
+                if default is not None:
+                    yield from _literal(node.name, arg.arg, default)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if not isinstance(item, ast.AnnAssign) or item.value is None:
+                    continue
+                if isinstance(item.target, ast.Name):
+                    yield from _literal(node.name, item.target.id, item.value)
+
+
+def _literal(owner: str, name: str, node: ast.expr) -> Iterator[tuple[str, str, object]]:
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return
+    if value is not None:
+        yield owner, name, value
+
+
+def test_a_setting_is_declared_in_one_place() -> None:
+    """Every key's default, bounds and doc live in its declaration (edge/config.py); the
+    shipped file and docs/reference/config.md are made from it (tests/test_docs.py)."""
+    assert second_places(ROOT) == []
+    kept = {line.split(": ")[1].split("(")[0] for line in second_places(ROOT, allowed=())}
+    assert kept == set(OWN_DEFAULTS), "OWN_DEFAULTS names one that keeps none"
+
+
+def test_a_default_or_bound_kept_elsewhere_is_found(tmp_path: Path) -> None:
+    (tmp_path / "edge").mkdir()
+    (tmp_path / "edge" / "store.py").write_text(
+        "class FrameStore:\n    def __init__(self, keep_frames=100, preview_max_side=0):\n"
+        "        if keep_frames < 1:\n            raise ValueError('store.keep_frames must be')\n"
+    )
+    assert second_places(tmp_path) == [
+        "edge/store.py: __init__(keep_frames=100)",
+        "edge/store.py: store.keep_frames must ...",
+    ]
+
+
+def test_each_flag_a_key_declares_is_its_commands_and_names_the_key() -> None:
+    """A key's ``flag`` is the one `da3-edge run` (serve for [serve]) takes, and its
+    help says which key it overrides."""
+    from dataclasses import fields
+
+    from edge.commands import run, serve
+
+    flagged = 0
+    for section, cls in config.SECTIONS.items():
+        for f in fields(cls):
+            if not f.metadata["flag"]:
+                continue
+            parser = serve.parser() if section == "serve" else run.parser()
+            action = next(a for a in parser._actions if f.metadata["flag"] in a.option_strings)
+            assert f"config {section}.{f.name}" in (action.help or ""), (section, f.name)
+            flagged += 1
+    assert flagged == 9

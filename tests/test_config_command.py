@@ -66,7 +66,7 @@ def line_of(cfg: Path, key: str) -> int:
         ("camera.fps", "nan", "camera.fps must be a finite number, not nan"),
         ("model.size", "280", "model.size: "),
         ("serve.host", "0.0.0.0", "serve.host is 0.0.0.0, beyond this machine: it needs"),
-        ("store.keep_frames", "0", "store.keep_frames must be at least 1"),
+        ("store.keep_frames", "0", "store.keep_frames must be 1 to 100000 (frames)"),
     ],
 )
 def test_a_refused_value_is_one_line_and_changes_nothing(
@@ -143,7 +143,8 @@ def test_check_and_get(cfg: Path) -> None:
     code, _, err = config(cfg, "check")
     at = line_of(cfg, "keep_frames")
     assert (
-        code == 1 and err == f"da3-edge: error: {cfg}:{at}: store.keep_frames must be at least 1\n"
+        code == 1
+        and err == f"da3-edge: error: {cfg}:{at}: store.keep_frames must be 1 to 100000 (frames)\n"
     )
 
 

@@ -342,7 +342,10 @@ def test_invalid_config_at_start_is_one_line(tmp_path: Path) -> None:
     cfg.write_text("[camera]\nsource = 'fake'\n\n[store]\nkeep_frames = 0\n")
     proc = run_main(["run", "--config", str(cfg)])
     assert proc.returncode == 1
-    assert proc.stderr.strip() == f"da3-edge: error: {cfg}:5: store.keep_frames must be at least 1"
+    assert (
+        proc.stderr.strip()
+        == f"da3-edge: error: {cfg}:5: store.keep_frames must be 1 to 100000 (frames)"
+    )
     proc = run_main(["run", "--config", str(cfg), "--check-config"])
     assert proc.returncode == 1
     good = tmp_path / "good.toml"

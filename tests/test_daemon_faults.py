@@ -23,7 +23,7 @@ import pytest
 
 from edge import config as config_mod
 from edge.camera import Frame
-from edge.config import ModelConfig
+from edge.config import ModelConfig, StoreConfig
 from edge.daemon import Daemon
 from edge.daemon.inference import Result, Results
 from edge.daemon.writer import Writer
@@ -262,7 +262,7 @@ def test_the_windows_latency_counts_the_write(tmp_path: Path) -> None:
 
     results, stop = Results(), threading.Event()
     writer = Writer(
-        SlowStore(tmp_path / "s"), "fake", results, stop, lambda: None,
+        SlowStore(tmp_path / "s", StoreConfig()), "fake", results, stop, lambda: None,
         dropped_stale=lambda: 0, max_frames=2,
     )  # fmt: skip
     for n in range(2):

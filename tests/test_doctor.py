@@ -79,7 +79,7 @@ def test_picamera2_that_fails_to_import(
     from edge.errors import CameraError
 
     with pytest.raises(CameraError, match=r"fails to import .* numpy<2"):
-        Picamera2Source().open()
+        Picamera2Source(width=1280, height=720, timeout=2.0).open()
 
 
 @pytest.mark.root

@@ -210,7 +210,7 @@ def test_a_bad_port_is_one_line(port: str, tmp_path: Path) -> None:
 
     proc = run_main(["serve", "--port", port, "--store", str(tmp_path)])
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-    assert "serve.port must be 0 to 65535" in proc.stderr
+    assert "serve.port must be 0 (any free port) to 65535" in proc.stderr
 
 
 def test_metrics_parse_and_pass_promtool(fake_models: Path, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from edge.config import StoreConfig
 from edge.store.ring import FS_SHARE, FrameStore
 from scripts.support.store import depth_frame
 from scripts.support.tools import tmpfs
@@ -19,7 +20,7 @@ def _seqs(store: FrameStore) -> list[int]:
 
 
 def test_ring_keeps_the_newest_by_count(tmp_path: Path) -> None:
-    store = FrameStore(tmp_path, keep_frames=3)
+    store = FrameStore(tmp_path, StoreConfig(keep_frames=3))
     for n in range(7):
         store.write(depth_frame(n), {"n": n})
     assert _seqs(store) == [4, 5, 6]
@@ -28,9 +29,9 @@ def test_ring_keeps_the_newest_by_count(tmp_path: Path) -> None:
 
 
 def test_ring_keeps_under_max_bytes(tmp_path: Path) -> None:
-    probe = FrameStore(tmp_path / "probe")
+    probe = FrameStore(tmp_path / "probe", StoreConfig())
     one = sum(p.stat().st_size for p in probe.write(depth_frame(0), {}).iterdir())
-    store = FrameStore(tmp_path / "s", keep_frames=100, max_bytes=int(2.5 * one))
+    store = FrameStore(tmp_path / "s", StoreConfig(keep_frames=100, max_bytes=int(2.5 * one)))
     for n in range(6):
         store.write(depth_frame(n), {})
     assert _seqs(store) == [4, 5]
@@ -42,7 +43,7 @@ def test_frames_never_lists_more_than_the_ring(
 ) -> None:
     """What a reader listing frames/ sees right after each publish: never more than
     keep_frames, never more than max_bytes (the oldest go first, then the rename)."""
-    probe = FrameStore(tmp_path / "probe")
+    probe = FrameStore(tmp_path / "probe", StoreConfig())
     one = sum(p.stat().st_size for p in probe.write(depth_frame(0), {}).iterdir())
     seen: list[tuple[int, int]] = []
     rename = os.rename
@@ -54,12 +55,14 @@ def test_frames_never_lists_more_than_the_ring(
             seen.append((len(listed), sum(f.stat().st_size for d in listed for f in d.iterdir())))
 
     monkeypatch.setattr(os, "rename", watched)
-    by_count = FrameStore(tmp_path / "count", keep_frames=3)
+    by_count = FrameStore(tmp_path / "count", StoreConfig(keep_frames=3))
     for n in range(6):
         by_count.write(depth_frame(n), {})
     assert max(count for count, _ in seen) == 3, seen
     seen.clear()
-    by_bytes = FrameStore(tmp_path / "bytes", keep_frames=100, max_bytes=int(2.5 * one))
+    by_bytes = FrameStore(
+        tmp_path / "bytes", StoreConfig(keep_frames=100, max_bytes=int(2.5 * one))
+    )
     for n in range(6):
         by_bytes.write(depth_frame(n), {})
     assert max(size for _, size in seen) <= 2.5 * one, (seen, one)
@@ -67,25 +70,25 @@ def test_frames_never_lists_more_than_the_ring(
 
 
 def test_restart_cleans_leftovers_and_continues_numbering(tmp_path: Path) -> None:
-    store = FrameStore(tmp_path)
+    store = FrameStore(tmp_path, StoreConfig())
     for n in range(3):
         store.write(depth_frame(n), {})
     (store.frames_dir / ".tmp-0000000003").mkdir()  # what a SIGKILL mid-write leaves
     (store.frames_dir / ".tmp-0000000003" / "frame.npz").write_bytes(b"half")
-    again = FrameStore(tmp_path)
+    again = FrameStore(tmp_path, StoreConfig())
     again.prepare()
     assert not list(store.frames_dir.glob(".tmp-*"))
     assert again.write(depth_frame(9), {}).name == "0000000003"
 
 
 def test_formats_subset_always_keeps_the_record(tmp_path: Path) -> None:
-    store = FrameStore(tmp_path, formats=("npz",))
+    store = FrameStore(tmp_path, StoreConfig(formats=("npz",)))
     path = store.write(depth_frame(0), {})
     assert sorted(p.name for p in path.iterdir()) == ["frame.json", "frame.npz"]
 
 
 def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = FrameStore(tmp_path)
+    store = FrameStore(tmp_path, StoreConfig())
     store.write(depth_frame(0), {})
 
     def boom(*_: object, **__: object) -> dict[str, bytes]:
@@ -106,7 +109,9 @@ def _persisted(keep: Path) -> list[tuple[str, int]]:
 
 def test_persistence_is_rate_limited_and_capped(tmp_path: Path) -> None:
     keep = tmp_path / "state"
-    store = FrameStore(tmp_path / "run", persist_dir=keep, persist_every=10.0, persist_keep=2)
+    store = FrameStore(
+        tmp_path / "run", StoreConfig(persist_dir=str(keep), persist_every=10.0, persist_keep=2)
+    )
     assert store.persist is not None
     persisted = []
     for n, now in enumerate((0.0, 1.0, 5.0, 10.5, 11.0, 21.0, 40.0)):
@@ -128,7 +133,9 @@ def test_persisted_copies_survive_a_store_reset(tmp_path: Path) -> None:
     keep = tmp_path / "state"
     for boot in range(3):
         run = tmp_path / f"run{boot}"  # a new, empty /run
-        store = FrameStore(run, persist_dir=keep, persist_every=1.0, persist_keep=4)
+        store = FrameStore(
+            run, StoreConfig(persist_dir=str(keep), persist_every=1.0, persist_keep=4)
+        )
         assert store.persist is not None
         for n in range(3):
             path = store.write(depth_frame(n), {"boot": boot})
@@ -141,7 +148,7 @@ def test_persisted_copies_survive_a_store_reset(tmp_path: Path) -> None:
 
 def test_a_failing_persist_dir_backs_off_and_spares_the_ring(tmp_path: Path) -> None:
     keep = tmp_path / "state"
-    store = FrameStore(tmp_path / "run", persist_dir=keep, persist_every=10.0)
+    store = FrameStore(tmp_path / "run", StoreConfig(persist_dir=str(keep), persist_every=10.0))
     assert store.persist is not None
     keep.write_text("not a directory")  # an SD card gone read-only, a mount lost: an OSError
     tried = []
@@ -162,7 +169,7 @@ def test_a_failing_persist_dir_backs_off_and_spares_the_ring(tmp_path: Path) -> 
 
 
 def _one_frame_bytes(tmp_path: Path, size: tuple[int, int]) -> int:
-    probe = FrameStore(tmp_path / "probe")
+    probe = FrameStore(tmp_path / "probe", StoreConfig())
     return sum(p.stat().st_size for p in probe.write(depth_frame(0, size), {}).iterdir())
 
 
@@ -173,7 +180,7 @@ def test_the_ring_fits_the_filesystem_it_lives_on(tmp_path: Path) -> None:
     size = (120, 160)
     one = _one_frame_bytes(tmp_path, size)
     with tmpfs(tmp_path / "run", size="2m") as run:
-        store = FrameStore(run / "store", keep_frames=100, max_bytes=100_000_000)
+        store = FrameStore(run / "store", StoreConfig(keep_frames=100, max_bytes=100_000_000))
         store.prepare()
         fs = os.statvfs(run)
         assert store.cap == int(fs.f_blocks * fs.f_frsize * FS_SHARE) < store.max_bytes
@@ -194,7 +201,7 @@ def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
     size = (120, 160)
     one = _one_frame_bytes(tmp_path, size)
     with tmpfs(tmp_path / "run", size="4m") as run:
-        store = FrameStore(run / "store", keep_frames=100, max_bytes=100_000_000)
+        store = FrameStore(run / "store", StoreConfig(keep_frames=100, max_bytes=100_000_000))
         for n in range(6):
             store.write(depth_frame(n, size), {})
         fs = os.statvfs(run)
@@ -219,7 +226,7 @@ def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
 def test_no_room_for_even_one_frame_fails_and_keeps_latest(tmp_path: Path) -> None:
     size = (120, 160)
     with tmpfs(tmp_path / "run", size="4m") as run:
-        store = FrameStore(run / "store")
+        store = FrameStore(run / "store", StoreConfig())
         store.write(depth_frame(0, size), {})
         fs = os.statvfs(run)
         (run / "ballast").write_bytes(b"\0" * (fs.f_bavail * fs.f_frsize))

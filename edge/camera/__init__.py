@@ -17,21 +17,22 @@ from __future__ import annotations
 
 import math
 
-from edge.camera.base import AF_MODES, Controls, Frame, Source, Streams
+from edge.camera.base import Controls, Frame, Source, Streams
 from edge.errors import CameraError, CameraTimeout, UsageError
 
 
 def open_source(
     spec: str,
     *,
-    width: int = 1280,
-    height: int = 720,
-    timeout: float = 2.0,
+    width: int,
+    height: int,
+    timeout: float,
     controls: Controls | None = None,
     streams: Streams | None = None,
 ) -> Source:
     """A (not yet opened) source for SPEC, to apply ``controls`` and deliver ``streams``
-    when it opens; raises UsageError for a bad SPEC."""
+    when it opens; raises UsageError for a bad SPEC. The size and the timeout are the
+    config's camera.width, height and timeout (fake and replay take what they need)."""
     source = _source(spec, width, height, timeout)
     source.controls = controls or Controls()
     source.streams = streams or Streams()
@@ -86,7 +87,6 @@ def _index(kind: str, text: str) -> int:
 
 
 __all__ = [
-    "AF_MODES",
     "CameraError",
     "CameraTimeout",
     "Controls",

@@ -42,7 +42,6 @@ class Frame:
         return self.full if self.full is not None else self.rgb
 
 
-AF_MODES = ("continuous", "auto", "manual", "off")
 CLOSE_GRACE = 3.0  # seconds a source's close may take past its read timeout: then wedged
 
 
@@ -54,7 +53,7 @@ class Controls:
 
     hflip: bool = False
     vflip: bool = False
-    af: str = ""  # AF_MODES, or "" for the camera's own
+    af: str = ""  # edge.config.AF_MODES, or "" for the camera's own
     lens_position: float = -1.0  # dioptres (1 / metres to the focus; 0: infinity)
     fps: float = 0.0
 

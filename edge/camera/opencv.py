@@ -19,9 +19,7 @@ from edge.errors import CameraError
 class OpenCVSource(SourceBase):
     name = "opencv"
 
-    def __init__(
-        self, index: int = 0, *, width: int = 1280, height: int = 720, timeout: float = 2.0
-    ) -> None:
+    def __init__(self, index: int = 0, *, width: int, height: int, timeout: float) -> None:
         self.index = index
         self.width, self.height = width, height
         self.timeout = timeout

@@ -63,13 +63,4 @@ def camera_core(cam: config_mod.CameraConfig, pipeline: Pipeline) -> tuple[int, 
 
 
 def make_store(store: config_mod.StoreConfig) -> FrameStore:
-    return FrameStore(
-        Path(store.dir) if store.dir else default_store_dir(),
-        keep_frames=store.keep_frames,
-        max_bytes=store.max_bytes,
-        formats=store.formats,
-        preview_max_side=store.preview_max_side,
-        persist_dir=Path(store.persist_dir) if store.persist_dir else None,
-        persist_every=store.persist_every,
-        persist_keep=store.persist_keep,
-    )
+    return FrameStore(Path(store.dir) if store.dir else default_store_dir(), store)

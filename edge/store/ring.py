@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from edge import atomic, frames
+from edge.config import StoreConfig
 from edge.depth import DepthFrame
 from edge.store import layout
 from edge.store.layout import FRAMES, LATEST, STORE_ID
@@ -70,26 +71,19 @@ def _dir_bytes(path: Path) -> int:
 
 
 class FrameStore:
-    def __init__(
-        self,
-        root: Path,
-        *,
-        keep_frames: int = 100,
-        max_bytes: int = 64 << 20,
-        formats: tuple[str, ...] = frames.DEFAULT_FORMATS,
-        preview_max_side: int = 0,
-        persist_dir: Path | None = None,
-        persist_every: float = 60.0,
-        persist_keep: int = 100,
-    ) -> None:
+    def __init__(self, root: Path, config: StoreConfig) -> None:
+        """The ring at ``root`` as the config's [store] section says (its ``dir`` is
+        the caller's to resolve: ``root``)."""
         self.root = Path(root)
         self.frames_dir = self.root / FRAMES
-        self.keep_frames = keep_frames
-        self.max_bytes = max_bytes
-        self.formats = tuple(dict.fromkeys((*formats, "json")))  # json is the record
-        self.preview_max_side = preview_max_side
+        self.keep_frames = config.keep_frames
+        self.max_bytes = max_bytes = config.max_bytes
+        self.formats = tuple(dict.fromkeys((*config.formats, "json")))  # json is the record
+        self.preview_max_side = config.preview_max_side
         self.persist = (
-            Persistence(persist_dir, persist_every, persist_keep) if persist_dir else None
+            Persistence(Path(config.persist_dir), config.persist_every, config.persist_keep)
+            if config.persist_dir
+            else None
         )
         self.fitted = self.cap = max_bytes  # the ring's byte bounds (see prepare)
         self._sizes: dict[int, int] = {}

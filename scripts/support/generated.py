@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.support import ROOT, cli_docs, kernels, performance_tables
+from scripts.support import ROOT, cli_docs, config_docs, kernels, performance_tables
 
 COMMAND = "python -m scripts.generated"
 
@@ -54,6 +54,13 @@ def _data(path: str) -> Any:
 
 PARTS = (
     Part("command reference", ROOT / "docs/reference/cli.md", cli_docs.render, whole_file=True),
+    Part("shipped config", ROOT / "edge/data/da3-edge.toml", config_docs.toml, whole_file=True),
+    Part(
+        "config reference",
+        ROOT / "docs/reference/config.md",
+        config_docs.reference,
+        whole_file=True,
+    ),
     Part(
         "compare_pytorch table",
         ROOT / "docs/performance.md",
