@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.support import ROOT
+from scripts.support.generated import refuse_dirty
 from scripts.support.sizes import IMAGE, PRECISIONS, summarise
 
 SIZES = (504, 448, 392, 336, 280, 224)
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["core"]:
         return child(argv[1:])
     ns = parser().parse_args(argv)
+    refuse_dirty(ns.json)
     ns.sizes = [int(v) for v in ns.sizes.split(",")]
     from edge import bench
     from edge.models import Manifest, da3_shape

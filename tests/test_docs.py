@@ -151,3 +151,32 @@ def test_the_changelog_is_for_users() -> None:
     assert changelog_problems(text) == []
     notebook = "## Unreleased (0.1.0)\n\n### Performance: what each change measured\n| a |\n"
     assert len(changelog_problems(notebook)) == 3
+
+
+def test_a_table_refuses_a_measurement_from_a_dirty_tree(tmp_path: Path) -> None:
+    """A committed figure comes from a commit: a measurement whose revision ends in
+    +dirty is refused unless generated.MEASURED_DIRTY names it and why; each one named
+    there is still so (the list only shrinks)."""
+    for name in generated.MEASURED_DIRTY:
+        data = generated.load_measurement(generated.BENCH / name)
+        assert generated.revision(data).endswith("+dirty"), f"{name} is clean now: drop it"
+    dirty = tmp_path / "new-x86_64.json"
+    dirty.write_text('{"machine": {"git_revision": "abc1234+dirty"}}')
+    with pytest.raises(generated.DirtyMeasurement, match=r"abc1234\+dirty"):
+        generated.load_measurement(dirty)
+    clean = tmp_path / "clean-x86_64.json"
+    clean.write_text('{"_run": {"revision": "abc1234"}}')
+    assert generated.load_measurement(clean) == {"_run": {"revision": "abc1234"}}
+
+
+def test_a_tool_will_not_measure_into_docs_bench_from_a_dirty_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from edge import bench
+
+    monkeypatch.setattr(bench, "git_revision", lambda: "abc1234+dirty")
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        generated.refuse_dirty(generated.BENCH / "sizes-x86_64.json")
+    generated.refuse_dirty(tmp_path / "scratch.json")  # outside docs/bench: allowed
+    monkeypatch.setattr(bench, "git_revision", lambda: "abc1234")
+    generated.refuse_dirty(generated.BENCH / "sizes-x86_64.json")

@@ -459,6 +459,9 @@ def main(argv: list[str]) -> int:
         run(args.models, args.out, configs, warm=not args.cold, shapes=shapes)
         return 0
     if args.cmd == "report":
+        from scripts.support.generated import refuse_dirty
+
+        refuse_dirty(args.json)
         data: dict[str, Any] = {"_run": provenance(args.root)}
         for out in args.out:
             part = report(out, args.root)

@@ -17,6 +17,7 @@ from edge import bench
 from edge.commands import options
 from edge.models import LONGEST_SIDE
 from scripts.support import ROOT, compare_pytorch
+from scripts.support.generated import refuse_dirty
 
 from . import peer, report
 from .measure import core_latency, daemon_rounds, gemm_peak, network_flops, still, tool
@@ -259,6 +260,7 @@ def before(ns: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     ns, ggufs = parse(argv)
+    refuse_dirty(ns.json)
     work = Path(tempfile.mkdtemp(prefix="da3-compare-"))
     image = ns.image or work / "photo.jpg"
     if ns.image is None:
