@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from edge import card, deploy, packs
+from edge import config as config_mod
 from scripts.support import ROOT, fat
 from scripts.support.httpfile import Server
 from scripts.support.tools import require_tool, run_cli, tool_install
@@ -470,7 +471,7 @@ REFUSED_CONFIGS = {
     ),
     "a precision the models lack": (
         "",
-        ":41: model.dir: {models}: no fp16 models (have: int8); export them with "
+        ":{default_dir_line}: model.dir: {models}: no fp16 models (have: int8); export them with "
         "`da3-edge export --precision fp16` or pick --precision (nothing written)",
     ),
     "serve on the LAN without credentials": (
@@ -503,8 +504,9 @@ def test_card_refuses_a_config_the_pi_would_refuse(
         print(proc.stderr)
         assert proc.returncode == 1
         where = str(config) if text else "the default config"
+        line = config_mod.where(None, config_mod.default_text(), "model", "dir").split(":")[1]
         assert proc.stderr.splitlines() == [
-            f"da3-edge: error: {where}{message.format(models=card_models)}"
+            f"da3-edge: error: {where}{message.format(models=card_models, default_dir_line=line)}"
         ]
         assert tree_digest(boot) == before
 
