@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scripts.support import ROOT
@@ -99,16 +99,24 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[in
                 yield node.lineno, full if full in known else base
 
 
-def wrong_arrows(root: Path) -> list[str]:
+def arrows(root: Path, refused: Callable[[str, str], bool]) -> list[str]:
+    """``file:line importer -> imported`` for each import in ``root`` that ``refused``."""
     known = modules(root)
-    found = []
-    for name, path in sorted(known.items()):
-        source = layer(name)
-        for line, target in imported(name, path, known):
-            to = layer(target)
-            if source and to and to not in MAY_IMPORT[source]:
-                found.append(f"{path.relative_to(root)}:{line} {name} -> {target}")
-    return found
+    return [
+        f"{path.relative_to(root)}:{line} {name} -> {target}"
+        for name, path in sorted(known.items())
+        for line, target in imported(name, path, known)
+        if refused(name, target)
+    ]
+
+
+def _across_layers(source: str, target: str) -> bool:
+    frm, to = layer(source), layer(target)
+    return bool(frm and to and to not in MAY_IMPORT[frm])
+
+
+def wrong_arrows(root: Path) -> list[str]:
+    return arrows(root, _across_layers)
 
 
 def test_imports_go_one_way() -> None:
@@ -158,17 +166,19 @@ MAY_NOT = {
 }
 
 
+def _within(name: str, part: str) -> bool:
+    return name == part or name.startswith(part + ".")
+
+
+def _forbidden(source: str, target: str) -> bool:
+    return any(
+        _within(source, part) and any(_within(target, t) for t in targets)
+        for part, targets in MAY_NOT.items()
+    )
+
+
 def forbidden_arrows(root: Path) -> list[str]:
-    known = modules(root)
-    found = []
-    for name, path in sorted(known.items()):
-        for part, targets in MAY_NOT.items():
-            if name != part and not name.startswith(part + "."):
-                continue
-            for line, target in imported(name, path, known):
-                if any(target == t or target.startswith(t + ".") for t in targets):
-                    found.append(f"{path.relative_to(root)}:{line} {name} -> {target}")
-    return found
+    return arrows(root, _forbidden)
 
 
 def test_the_daemon_reaches_no_consumer_and_the_writer_no_reader() -> None:
