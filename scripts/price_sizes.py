@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     from edge import bench
     from edge.models import Manifest, da3_shape
 
+    machine = bench.machine_info()  # the checkout as measured: before, not after, the run
     with tempfile.TemporaryDirectory(prefix="da3-edge-price-") as tmp:
         work = Path(tmp)
         models = ns.models or work / "models"
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         row["gflop"] = flops[row["size"]]
     data = {
-        "machine": bench.machine_info(),
+        "machine": machine,
         "threads": ns.threads,
         "rounds": ns.rounds,
         "image": f"synthetic {IMAGE[0]}x{IMAGE[1]} JPEG",

@@ -2,7 +2,10 @@
 
 Each test starts `python -m edge run` with a real AF_UNIX notify socket, injects a
 fault (fake camera script, a real tmpfs that fills up or is read-only, a signal) and
-checks what the process does: its store, its notify messages, its log, its exit.
+checks what the process does: its store, its notify messages, its log, its exit. Where
+the model is not the subject (camera faults, signals, a reload, a reader) the same
+daemon runs FakeCores (scripts.support.fakedaemon), so those run without the export
+environment (the quick lane).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from scripts.support import children
-from scripts.support.daemon import DaemonProcess, frame_dirs, write_config
+from scripts.support.daemon import FAKE_CORES, DaemonProcess, frame_dirs, write_config
 from scripts.support.tools import auto_stages, run_cli, run_main, tmpfs
 
 FILES = {"frame.depth.png", "frame.npz", "frame.preview.png", "frame.json"}
@@ -139,10 +142,12 @@ def test_replay_hands_over_decoded_frames_once_decoded(photos: Path) -> None:
     source.close()
 
 
-def test_camera_errors_reopen_with_backoff(small_models: Path, tmp_path: Path) -> None:
+def test_camera_errors_reopen_with_backoff(fake_models: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    cfg = write_config(tmp_path / "c.toml", "fake:openfail*6,ok*3,error*2,ok", store, small_models)
-    with DaemonProcess(tmp_path, ["--config", str(cfg)], watchdog_usec=1_000_000) as d:
+    cfg = write_config(tmp_path / "c.toml", "fake:openfail*6,ok*3,error*2,ok", store, fake_models)
+    with DaemonProcess(
+        tmp_path, ["--config", str(cfg)], command=FAKE_CORES, watchdog_usec=1_000_000
+    ) as d:
         d.wait_for(
             lambda: [m for m in d.notify.having("STATUS") if "reconnecting" in m["STATUS"]],
             what="reconnecting in STATUS",
@@ -179,10 +184,10 @@ def test_camera_errors_reopen_with_backoff(small_models: Path, tmp_path: Path) -
     assert len(pings_while_waiting) >= 4, pings_while_waiting
 
 
-def test_frozen_camera_is_a_stall(small_models: Path, tmp_path: Path) -> None:
+def test_frozen_camera_is_a_stall(fake_models: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    cfg = write_config(tmp_path / "c.toml", "fake:ok*3,freeze*100000", store, small_models)
-    with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
+    cfg = write_config(tmp_path / "c.toml", "fake:ok*3,freeze*100000", store, fake_models)
+    with DaemonProcess(tmp_path, ["--config", str(cfg)], command=FAKE_CORES) as d:
         d.wait_for(
             lambda: "stalled: no new frame for 2 s" in d.log, what="stall detected", timeout=30
         )
@@ -193,10 +198,12 @@ def test_frozen_camera_is_a_stall(small_models: Path, tmp_path: Path) -> None:
         assert d.stop() == 0
 
 
-def test_hung_camera_stops_the_watchdog(small_models: Path, tmp_path: Path) -> None:
+def test_hung_camera_stops_the_watchdog(fake_models: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    cfg = write_config(tmp_path / "c.toml", "fake:ok*3,hang:600", store, small_models)
-    with DaemonProcess(tmp_path, ["--config", str(cfg)], watchdog_usec=1_000_000) as d:
+    cfg = write_config(tmp_path / "c.toml", "fake:ok*3,hang:600", store, fake_models)
+    with DaemonProcess(
+        tmp_path, ["--config", str(cfg)], command=FAKE_CORES, watchdog_usec=1_000_000
+    ) as d:
         d.wait_for(lambda: len(d.notify.having("WATCHDOG")) >= 2, what="first pings")
         d.wait_for(
             lambda: "thread capture made no progress" in d.log, what="stuck capture", timeout=20
@@ -269,9 +276,9 @@ def test_read_only_store_keeps_running(small_models: Path, tmp_path: Path) -> No
             assert d.stop() == 0
 
 
-def test_sigterm_exits_zero_within_5s(small_models: Path, tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "c.toml", "fake", tmp_path / "store", small_models)
-    with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
+def test_sigterm_exits_zero_within_5s(fake_models: Path, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "c.toml", "fake", tmp_path / "store", fake_models)
+    with DaemonProcess(tmp_path, ["--config", str(cfg)], command=FAKE_CORES) as d:
         d.wait_for(lambda: frame_dirs(tmp_path / "store"), what="a frame")
         start = time.monotonic()
         d.signal(signal.SIGTERM)
@@ -282,14 +289,14 @@ def test_sigterm_exits_zero_within_5s(small_models: Path, tmp_path: Path) -> Non
     assert code == 0 and elapsed < 5.0
 
 
-def test_sigkill_never_leaves_a_partial_frame(small_models: Path, tmp_path: Path) -> None:
+def test_sigkill_never_leaves_a_partial_frame(fake_models: Path, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    cfg = write_config(tmp_path / "c.toml", "fake", store, small_models, store={"keep_frames": 50})
+    cfg = write_config(tmp_path / "c.toml", "fake", store, fake_models, store={"keep_frames": 50})
     rng = random.Random(7)
     for round_ in range(4):
         work = tmp_path / f"round{round_}"  # each process gets its own notify socket
         work.mkdir()
-        with DaemonProcess(work, ["--config", str(cfg)]) as d:
+        with DaemonProcess(work, ["--config", str(cfg)], command=FAKE_CORES) as d:
             d.wait_for(lambda: d.notify.having("READY"), what="READY")
             time.sleep(rng.uniform(0.5, 2.5))
             d.signal(signal.SIGKILL)
@@ -302,7 +309,9 @@ def test_sigkill_never_leaves_a_partial_frame(small_models: Path, tmp_path: Path
     # A restart clears what the kills left half-written and carries on numbering.
     before = [p.name for p in frame_dirs(store)]
     (tmp_path / "final").mkdir()
-    with DaemonProcess(tmp_path / "final", ["--config", str(cfg), "--max-frames", "2"]) as d:
+    with DaemonProcess(
+        tmp_path / "final", ["--config", str(cfg), "--max-frames", "2"], command=FAKE_CORES
+    ) as d:
         assert d.proc.wait(60) == 0
     assert not [p for p in (store / "frames").iterdir() if p.name.startswith(".tmp-")]
     after = [p.name for p in frame_dirs(store)]
@@ -310,13 +319,13 @@ def test_sigkill_never_leaves_a_partial_frame(small_models: Path, tmp_path: Path
 
 
 def test_sighup_reloads_and_keeps_the_old_config_when_bad(
-    small_models: Path, tmp_path: Path
+    fake_models: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    cfg = write_config(tmp_path / "c.toml", "fake", store, small_models)
-    with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
+    cfg = write_config(tmp_path / "c.toml", "fake", store, fake_models)
+    with DaemonProcess(tmp_path, ["--config", str(cfg)], command=FAKE_CORES) as d:
         d.wait_for(lambda: frame_dirs(store), what="a frame")
-        write_config(cfg, "fake", store, small_models, store={"keep_frames": 2})
+        write_config(cfg, "fake", store, fake_models, store={"keep_frames": 2})
         d.signal(signal.SIGHUP)
         d.wait_for(lambda: "reload: config" in d.log and "applied" in d.log, what="reload applied")
         assert d.notify.having("RELOADING")
@@ -392,11 +401,11 @@ def test_missing_or_tampered_model_refuses_to_start(small_models: Path, tmp_path
 
 
 def test_a_reader_following_latest_sees_only_whole_frames(
-    small_models: Path, tmp_path: Path
+    fake_models: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    cfg = write_config(tmp_path / "c.toml", "fake", store, small_models, store={"keep_frames": 3})
-    with DaemonProcess(tmp_path, ["--config", str(cfg)]) as d:
+    cfg = write_config(tmp_path / "c.toml", "fake", store, fake_models, store={"keep_frames": 3})
+    with DaemonProcess(tmp_path, ["--config", str(cfg)], command=FAKE_CORES) as d:
         d.wait_for(lambda: d.notify.having("READY"), what="READY")
         reader = children.run("whole-frames", store, 3, 60)
         assert d.stop() == 0
