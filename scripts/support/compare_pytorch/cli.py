@@ -220,7 +220,7 @@ def summarise(
         "size": ns.size,
         "image": str(ns.image or "synthetic 1200x1600 JPEG"),
         "core_shape": list(measured["shape"]),
-        "machine": bench.machine_info(),
+        "machine": measured["machine"],
         "pytorch_forward_s": forward["forward_s"],
         "flops": flops["core"],
         "reference_flops": flops["reference"],
@@ -261,6 +261,7 @@ def before(ns: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -> 
 def main(argv: list[str] | None = None) -> int:
     ns, ggufs = parse(argv)
     refuse_dirty(ns.json)
+    machine = bench.machine_info()  # the checkout as measured: before, not after, the run
     work = Path(tempfile.mkdtemp(prefix="da3-compare-"))
     image = ns.image or work / "photo.jpg"
     if ns.image is None:
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     forward = baseline_forward(ns, image, work)
     shape = (forward["shape"][-2], forward["shape"][-1])
     measured = {
+        "machine": machine,
         "shape": shape,
         "cores": core_latency(ns.models, ns.threads, shape),
         "flops": network_flops(shape),
