@@ -52,8 +52,6 @@ BENCH = ROOT / "docs" / "bench"
 # in +dirty), each with why it still stands; a table refuses any other, and the tools
 # that write docs/bench refuse to measure from such a tree (refuse_dirty).
 MEASURED_DIRTY = {
-    "sizes-x86_64.json": "measured before the rule; `python -m scripts.price_sizes` from "
-    "a commit replaces it",
     "peer-x86_64.json": "the peer's tree (depth-anything.cpp) is out of reach of this "
     "project's machines (package registries only): a run with --peer from a commit "
     "replaces it",
