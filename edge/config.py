@@ -242,8 +242,16 @@ class DaemonConfig:
 
 @dataclass(frozen=True)
 class ServeConfig:
-    host: str = setting("127.0.0.1", flag="--host")
-    port: int = setting(8000, flag="--port", low=0, high=65535, zero="any free port")
+    host: str = setting(
+        "127.0.0.1",
+        "The address to listen on. Loopback by default; any other needs credentials "
+        "(token_file or basic_auth_file).",
+        flag="--host",
+    )
+    port: int = setting(
+        8000, "The port to listen on; 0: any free one.", flag="--port", low=0, high=65535,
+        zero="any free port",
+    )  # fmt: skip
     token_file: str = setting(
         "",
         "Credentials, each a file readable only by its owner, the user serve runs as (one "
@@ -283,7 +291,7 @@ class ServeConfig:
 @dataclass(frozen=True)
 class MqttConfig:
     enabled: bool = setting(False)
-    host: str = setting("127.0.0.1")
+    host: str = setting("127.0.0.1", "The broker's address and port.")
     port: int = setting(1883, low=1, high=65535)
     username: str = setting(
         "",
@@ -354,8 +362,7 @@ FILE_DOC = (
 )
 # The sections' own comments in the shipped file, before their first key's.
 SECTION_DOCS = {
-    "serve": "`da3-edge serve`: the live page, the latest frame, events, health and metrics. "
-    "Loopback by default; any other address needs credentials.",
+    "serve": "`da3-edge serve`: the live page, the latest frame, events, health and metrics.",
     "mqtt": "`da3-edge publish`: frames and health to an MQTT broker, with Home Assistant "
     "discovery. Off until enabled here (and its unit enabled: da3-edge-publish.service).",
 }
@@ -382,6 +389,14 @@ SECTIONS: dict[str, type] = {
 }
 # What `da3-edge run` checks; a companion (serve) checks its own section and the store.
 DAEMON_PARTS = ("camera", "model", "store", "daemon")
+
+
+def flag_help(key: str) -> str:
+    """The --help of a flag that overrides config ``key`` (section.key): the first
+    sentence of the key's doc, and the key."""
+    section, name = key.split(".")
+    doc = next(f for f in fields(SECTIONS[section]) if f.name == name).metadata["doc"]
+    return f"{doc.split('. ')[0].rstrip('.')} (config {key})"
 
 
 def default_text() -> str:

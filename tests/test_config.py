@@ -234,7 +234,7 @@ def test_a_default_or_bound_kept_elsewhere_is_found(tmp_path: Path) -> None:
 
 def test_each_flag_a_key_declares_is_its_commands_and_names_the_key() -> None:
     """A key's ``flag`` is the one `da3-edge run` (serve for [serve]) takes, and its
-    help says which key it overrides."""
+    help is made from the key's doc and says which key it overrides."""
     from dataclasses import fields
 
     from edge.commands import run, serve
@@ -246,6 +246,7 @@ def test_each_flag_a_key_declares_is_its_commands_and_names_the_key() -> None:
                 continue
             parser = serve.parser() if section == "serve" else run.parser()
             action = next(a for a in parser._actions if f.metadata["flag"] in a.option_strings)
-            assert f"config {section}.{f.name}" in (action.help or ""), (section, f.name)
+            assert action.help == config.flag_help(f"{section}.{f.name}"), (section, f.name)
+            assert action.help.startswith(f.metadata["doc"].split(". ")[0].rstrip("."))
             flagged += 1
     assert flagged == 9

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from edge.config import flag_help
 from edge.errors import UsageError
 from edge.models import LONGEST_SIDE, PRECISIONS, check_size
 from edge.stages import CHOICES
@@ -18,15 +19,13 @@ STAGES = CHOICES
 MODELS_DEFAULT = "$DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models"
 
 
-def _source(default: str, config_key: str | None) -> str:
-    return f"config {config_key}" if config_key else f"default: {default}"
-
-
 def add_models(p: argparse.ArgumentParser, *, config_key: str | None = None) -> None:
     p.add_argument(
         "--models",
         metavar="DIR",
-        help=f"model directory ({_source(MODELS_DEFAULT, config_key)})",
+        help=flag_help(config_key)
+        if config_key
+        else f"model directory (default: {MODELS_DEFAULT})",
     )
 
 
@@ -58,7 +57,10 @@ SIZE_HELP = (
 def add_size(p: argparse.ArgumentParser, *, config_key: str | None = None) -> None:
     default = f"{LONGEST_SIDE} when exported, else the only size there is"
     p.add_argument(
-        "--size", type=size, metavar="N", help=f"{SIZE_HELP} ({_source(default, config_key)})"
+        "--size",
+        type=size,
+        metavar="N",
+        help=flag_help(config_key) if config_key else f"{SIZE_HELP} (default: {default})",
     )
 
 
@@ -93,8 +95,8 @@ def _add_choice(
     config_key: str | None,
     described: str | None = None,
 ) -> None:
-    source = _source(str(described or default), config_key)
-    p.add_argument(flag, default=default, choices=choices, help=f"{what} ({source})")
+    help = flag_help(config_key) if config_key else f"{what} (default: {described or default})"
+    p.add_argument(flag, default=default, choices=choices, help=help)
 
 
 def split_sizes(value: str) -> list[int]:
@@ -129,4 +131,4 @@ def add_store_and_config(p: argparse.ArgumentParser, *, sections: str) -> None:
     p.add_argument(
         "--config", metavar="FILE", help=f"the daemon's TOML config ({sections}, [store])"
     )
-    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
+    p.add_argument("--store", metavar="DIR", help=flag_help("store.dir"))

@@ -33,10 +33,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--source",
         metavar="SPEC",
-        help="camera: picamera2[:INDEX], opencv[:INDEX], replay:PATH[@FPS][:once], fake[:SCRIPT] "
-        "(config camera.source)",
+        help=config_mod.flag_help("camera.source"),
     )
-    p.add_argument("--store", metavar="DIR", help="frame store directory (config store.dir)")
+    p.add_argument("--store", metavar="DIR", help=config_mod.flag_help("store.dir"))
     options.add_models(p, config_key="model.dir")
     options.add_precision(p, config_key="model.precision")
     options.add_size(p, config_key="model.size")
@@ -45,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         metavar="N",
-        help="core threads per worker, 0 = auto (config model.threads)",
+        help=config_mod.flag_help("model.threads"),
     )
     p.add_argument(
         "--check-config", action="store_true", help="validate the config (and flags) and exit"

@@ -26,10 +26,8 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     options.add_store_and_config(p, sections="[serve]")
-    p.add_argument("--host", metavar="ADDR", help="address to listen on (config serve.host)")
-    p.add_argument(
-        "--port", type=int, metavar="N", help="port, 0 = any free one (config serve.port)"
-    )
+    p.add_argument("--host", metavar="ADDR", help=config_mod.flag_help("serve.host"))
+    p.add_argument("--port", type=int, metavar="N", help=config_mod.flag_help("serve.port"))
     return p
 
 
