@@ -161,16 +161,22 @@ def world_readable() -> Iterator[Path]:
 
 
 def tool_install(wheel: Path, into: Path) -> Path:
-    """``uv tool install`` of the wheel into ``into`` (offline: the lock's versions, from
-    the cache ``uv sync`` filled), as an owner installs the tool; its Python."""
+    """``uv tool install`` of the wheel into ``into`` (the lock's versions, through
+    requirements/runtime.txt), as an owner installs the tool; its Python. Offline first,
+    from the cache ``uv sync`` filled; that sync fetches wheels by the lock's URLs and
+    not the index pages a resolution reads, so on a machine whose cache lacks those
+    pages the install asks the index (tests that call this are marked ``models``, out of
+    the offline quick lane)."""
     uv = require_tool("uv", "python3 -m pip install uv (the version in requirements/uv.txt)")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(UV_TOOL_DIR=str(into / "venvs"), UV_TOOL_BIN_DIR=str(into / "bin"))
     env.update(UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=UV_CACHE)
     runtime = ROOT / "requirements" / "runtime.txt"
     into.mkdir()
-    args = [uv, "tool", "install", "--offline", "--python", sys.executable, "-c", str(runtime)]
-    proc = subprocess.run([*args, str(wheel)], env=env, cwd=into, capture_output=True, text=True)
+    args = [uv, "tool", "install", "--python", sys.executable, "-c", str(runtime), str(wheel)]
+    proc = subprocess.run([*args, "--offline"], env=env, cwd=into, capture_output=True, text=True)
+    if proc.returncode != 0 and "network was disabled" in proc.stderr:
+        proc = subprocess.run(args, env=env, cwd=into, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (into / "bin" / "da3-edge").is_file(), proc.stderr
     return into / "venvs" / "da3-edge" / "bin" / "python"
