@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.errors import ConfigError
+from edge.fov import HFOV_RANGE
 from edge.models import PRECISIONS, check_size
 from edge.stages import CHOICES
 from edge.store.layout import DEFAULT_FORMATS, FORMATS
@@ -115,6 +116,16 @@ class CameraConfig:
         "A cap on the sensor's frame rate (frames a second; 0: the camera's own): a sensor "
         "running faster than inference only makes frames that are dropped.",
         low=0.1, high=240, zero="the camera's own", unit="frames a second",
+    )  # fmt: skip
+
+    hfov: float = setting(
+        0.0,
+        "The camera's horizontal field of view in degrees, for point clouds (serve's "
+        "/latest.ply), recorded in each frame's JSON; 0: the camera module's published one "
+        "(Raspberry Pi Camera Module 1, 2, 3 and 3 Wide, through the sensor crop in use). "
+        "An HQ or Global Shutter camera's depends on its lens: give it here.",
+        low=HFOV_RANGE[0], high=HFOV_RANGE[1], zero="the camera module's published one",
+        unit="degrees",
     )  # fmt: skip
 
     def controls(self) -> Any:

@@ -11,7 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from edge.fov import FieldOfView, choose, of_exif
 from edge.models import size_of
+
+NO_FIELD_OF_VIEW = (
+    "no field of view given (camera.hfov, snap --hfov) and none known for the source "
+    "(a Raspberry Pi camera module, or a photo's EXIF 35 mm focal length)"
+)
 
 
 @dataclass
@@ -40,6 +46,10 @@ class DepthFrame:
     exif_transposed: bool = False
     threads: int = 0  # the core's CPU threads
     fp16_arithmetic: bool = False  # XNNPACK computed in fp16 (FORCE_FP16), not fp32
+    focal_35mm: float | None = None  # the still's EXIF 35 mm-equivalent focal length
+    # What the caller knows of the field of view (a flag, the config, the camera); the
+    # photo's EXIF when None (field_of_view).
+    fov: FieldOfView | None = None
     # The image the depth was made from (HxWx3 uint8, the caller's array, not a copy):
     # for the "rgb" output, the scene beside the depth.
     rgb: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -53,6 +63,12 @@ class DepthFrame:
     @property
     def resized_to_nearest(self) -> bool:
         return self.shape_used != self.shape_wanted
+
+    def field_of_view(self) -> FieldOfView:
+        """The picture's horizontal field of view: ``fov``, else from the EXIF focal
+        length, else none, saying why."""
+        exif = of_exif(self.focal_35mm, self.source_size)
+        return choose(self.fov, exif, none=NO_FIELD_OF_VIEW)
 
     def depth_range(self) -> tuple[float, float]:
         """(min, max) of ``depth``, computed once: the summary and the inverse-depth
@@ -89,5 +105,6 @@ class DepthFrame:
                 "max": hi,
             },
             "conf": {"min": float(c.min()), "max": float(c.max())},
+            "field_of_view": self.field_of_view().record(),
             "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
         }

@@ -53,6 +53,10 @@ class ImageError(EdgeError, ValueError):
     """An input that is not a usable image: empty, corrupt, truncated, too large."""
 
 
+class NoFieldOfView(EdgeError, ValueError):
+    """A point cloud asked of a picture whose field of view is not known."""
+
+
 class InputUnreadable(EdgeError, OSError):
     """An input path that cannot be read (missing, a directory, no permission)."""
 

@@ -11,7 +11,9 @@ file or none, never a partial one.
 - ``<stem>.preview.png``: inverse depth through the inferno colormap (near = warm),
   8-bit indexed colour: the 256 colours in the PNG's palette, one byte per pixel.
 - ``<stem>.json``: the frame's summary (model, weights, random-init flag, precision,
-  shapes, stages, min/max, ms per stage, versions).
+  shapes, stages, min/max, ms per stage, the field of view and where it came from,
+  versions).
+- ``<stem>.ply`` (snap --ply): the point cloud, binary PLY (``edge.geometry``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edge import __version__, atomic
+from edge import __version__, atomic, geometry
 from edge.depth import DepthFrame
+from edge.fov import FieldOfView
 from edge.store.layout import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
 from edge.store.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
 from edge.store.layout import SUFFIXES as SUFFIXES
@@ -242,8 +245,20 @@ def render(
     *,
     preview_max_side: int = 0,
 ) -> dict[str, atomic.Data]:
-    """The bytes of each requested output, keyed by format."""
+    """The bytes of each requested output, keyed by format. A point cloud ("ply") is
+    made first, so that the JSON can say what is in it (``point_cloud``)."""
     formats = list(formats)
+    extra = dict(extra or {})
+    cloud = b""
+    if "ply" in formats:
+        cloud, made = point_cloud(
+            frame.depth, frame.conf, frame.rgb, frame.field_of_view(), frame.source_size,
+            random_init=frame.random_init,
+        )  # fmt: skip
+        extra["point_cloud"] = {
+            "points": made.count, "step": made.step,
+            "conf_threshold": round(made.conf_threshold, 6),
+        }  # fmt: skip
     wants_inverse = {"png", "preview"} & set(formats)
     inv = inverse_normalised(frame.depth, frame.depth_range()) if wants_inverse else None
     makers: dict[str, Callable[[], atomic.Data]] = {
@@ -252,8 +267,33 @@ def render(
         "preview": lambda: preview_png(frame.depth, inv, preview_max_side),
         "json": lambda: sidecar(frame, extra),
         "rgb": lambda: rgb_jpeg(frame),
+        "ply": lambda: cloud,
     }
     return {fmt: makers[fmt]() for fmt in formats}
+
+
+def point_cloud(
+    depth: np.ndarray,
+    conf: np.ndarray,
+    rgb: np.ndarray | None,
+    fov: FieldOfView,
+    source_size: tuple[int, int],
+    *,
+    random_init: bool,
+) -> tuple[bytes, geometry.Cloud]:
+    """The PLY of a depth map and the cloud in it, coloured by the picture (``rgb``,
+    any size) or, without one, by the preview's colours; ValueError when ``fov`` has no
+    degrees."""
+    colours = (
+        rgb
+        if rgb is not None
+        else COLORMAP[np.rint(inverse_normalised(depth) * 255).astype(np.uint8)]
+    )
+    made = geometry.cloud_of(depth, conf, colours, fov, source_size)
+    comments = geometry.ply_comments(
+        fov, random_init=random_init, conf_threshold=made.conf_threshold
+    )
+    return geometry.ply(made, comments), made
 
 
 RGB_QUALITY = 85

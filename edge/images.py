@@ -41,6 +41,7 @@ class Still:
     name: str
     mode: str  # the file's own mode (e.g. "CMYK", "I;16", "P", "RGBA")
     exif_transposed: bool
+    focal_35mm: float | None = None  # EXIF FocalLengthIn35mmFilm, when given (mm)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -56,7 +57,7 @@ def load(source: Any, name: str | None = None, max_pixels: int = MAX_PIXELS) -> 
         label = name or "image"
         _check_pixels(source, label, max_pixels)
         rgb, mode, turned = _to_rgb(source, label)
-        return Still(rgb, label, mode, turned)
+        return Still(rgb, label, mode, turned, _focal_35mm(source))
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         label = name or "bytes"
@@ -92,7 +93,8 @@ def load(source: Any, name: str | None = None, max_pixels: int = MAX_PIXELS) -> 
     with image:
         _check_pixels(image, label, max_pixels)
         rgb, mode, turned = _to_rgb(image, label)
-    return Still(rgb, label, mode, turned)
+        focal = _focal_35mm(image)
+    return Still(rgb, label, mode, turned, focal)
 
 
 def _check_pixels(image: Image.Image, label: str, max_pixels: int) -> None:
@@ -125,6 +127,20 @@ def _has_orientation(image: Image.Image) -> bool:
         return int(image.getexif().get(0x0112, 1)) not in (0, 1)
     except (ValueError, TypeError):
         return False
+
+
+EXIF_IFD, FOCAL_35MM = 0x8769, 0xA405  # the Exif sub-IFD; FocalLengthIn35mmFilm in it
+
+
+def _focal_35mm(image: Image.Image) -> float | None:
+    """The photo's 35 mm-equivalent focal length from its EXIF (mm), None when absent,
+    0 ("unknown" in EXIF) or unreadable."""
+    try:
+        value = image.getexif().get_ifd(EXIF_IFD).get(FOCAL_35MM)
+        focal = float(value) if value is not None else 0.0
+    except (ValueError, TypeError, ZeroDivisionError, OSError, SyntaxError):
+        return None
+    return focal if 0 < focal < 10_000 else None
 
 
 def _convert(image: Image.Image) -> Image.Image:

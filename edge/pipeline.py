@@ -377,6 +377,7 @@ class Pipeline(Closing):
             timings_ms=job.timings,
             source_mode=still.mode,
             exif_transposed=still.exif_transposed,
+            focal_35mm=still.focal_35mm,
             threads=job.core.threads,
             fp16_arithmetic=job.core.fp16_arithmetic,
             rgb=job.rgb,

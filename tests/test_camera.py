@@ -248,6 +248,7 @@ class _FakeLibcamera:
 
 class _FakeRequest:
     converted = 0  # make_array calls
+    crop: ClassVar[tuple[int, int, int, int]] = (0, 0, 4608, 2592)  # ScalerCrop: all of it
     streams: ClassVar[list[str]] = []  # the streams asked of make_array, in order
 
     def __init__(self, ns: int, lores: tuple[int, int] | None = None) -> None:
@@ -263,7 +264,7 @@ class _FakeRequest:
         return np.zeros((48, 64, 3), np.uint8)
 
     def get_metadata(self) -> dict[str, object]:
-        return {"SensorTimestamp": self.ns, "LensPosition": 0.5}
+        return {"SensorTimestamp": self.ns, "LensPosition": 0.5, "ScalerCrop": self.crop}
 
     def release(self) -> None:
         pass
@@ -282,6 +283,10 @@ class _FakePicamera2:
         self.camera_controls = {
             "AfMode": (0, 2, 0), "LensPosition": (0.0, 15.0, 1.0),
             "FrameDurationLimits": (33333, 120000, 33333), "AfTrigger": (0, 1, 0),
+        }  # fmt: skip
+        self.camera_properties = {
+            "Model": "imx708", "PixelArraySize": (4608, 2592),
+            "PixelArrayActiveAreas": [(0, 0, 4608, 2592)],
         }  # fmt: skip
         self.ns = 0
         _FakePicamera2.made.append(self)
@@ -341,7 +346,22 @@ def fake_picamera2(monkeypatch: pytest.MonkeyPatch) -> type[_FakePicamera2]:
     _FakePicamera2.lores_fails = False
     _FakeRequest.converted = 0
     _FakeRequest.streams = []
+    _FakeRequest.crop = (0, 0, 4608, 2592)
     return _FakePicamera2
+
+
+def test_picamera2_frames_carry_the_modules_field_of_view(
+    fake_picamera2: type[_FakePicamera2],
+) -> None:
+    """A Camera Module 3 (imx708) over its whole width: its published 66 degrees; the
+    ISP's crop to 4:3 (ScalerCrop 3456 of 4608 wide): narrower, and said so."""
+    with open_source("picamera2", width=64, height=48, timeout=2.0) as source:
+        whole = source.read(1.0).fov
+        _FakeRequest.crop = (576, 0, 3456, 2592)
+        cropped = source.read(1.0).fov
+    assert whole is not None and whole.degrees == 66.0 and "imx708" in whole.source
+    assert cropped is not None and cropped.degrees == pytest.approx(51.94, abs=0.01)
+    assert "3456 of 4608" in cropped.source
 
 
 def test_picamera2_controls_applied_and_read_back(fake_picamera2: type[_FakePicamera2]) -> None:

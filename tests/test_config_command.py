@@ -96,7 +96,7 @@ def test_an_unknown_key_is_a_usage_error(cfg: Path) -> None:
     assert err.splitlines() == [
         "da3-edge: error: camera.framerate: unknown key (known in [camera]: source, width, "
         "height, timeout, stall_after, backoff_min, backoff_max, hflip, vflip, af, "
-        "lens_position, fps)"
+        "lens_position, fps, hfov)"
     ]
     assert sha(cfg) == before
 

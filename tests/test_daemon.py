@@ -318,6 +318,15 @@ def test_sigkill_never_leaves_a_partial_frame(fake_models: Path, tmp_path: Path)
     assert after[-1] > (before[-1] if before else "")
 
 
+def _meta(frame_dir: Path) -> dict[str, Any]:
+    """A frame's record; {} when it went (pruned) while being read."""
+    try:
+        meta: dict[str, Any] = json.loads((frame_dir / "frame.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta
+
+
 def test_sighup_reloads_and_keeps_the_old_config_when_bad(
     fake_models: Path, tmp_path: Path
 ) -> None:
@@ -325,13 +334,23 @@ def test_sighup_reloads_and_keeps_the_old_config_when_bad(
     cfg = write_config(tmp_path / "c.toml", "fake", store, fake_models)
     with DaemonProcess(tmp_path, ["--config", str(cfg)], command=FAKE_CORES) as d:
         d.wait_for(lambda: frame_dirs(store), what="a frame")
-        write_config(cfg, "fake", store, fake_models, store={"keep_frames": 2})
+        first = _meta(store / "latest")["field_of_view"]
+        assert first["horizontal_degrees"] is None and "camera.hfov" in first["source"]
+        write_config(cfg, "fake", store, fake_models, store={"keep_frames": 2},
+                     camera={"hfov": 70.0})  # fmt: skip
         d.signal(signal.SIGHUP)
         d.wait_for(lambda: "reload: config" in d.log and "applied" in d.log, what="reload applied")
         assert d.notify.having("RELOADING")
         d.wait_for(
             lambda: len(frame_dirs(store)) <= 2 and frame_dirs(store),
             what="new keep_frames in force",
+        )
+        d.wait_for(
+            lambda: (
+                _meta(store / "latest").get("field_of_view")
+                == {"horizontal_degrees": 70.0, "source": "config camera.hfov"}
+            ),
+            what="camera.hfov recorded in the frames",
         )
         cfg.write_text("[camera]\nwidth = 'wide'\n")
         d.signal(signal.SIGHUP)

@@ -5,21 +5,28 @@ process; tests/test_serve_hostile.py the hostile clients)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import plyfile
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from edge.config import ServeConfig
+from edge import frames
+from edge.config import ServeConfig, StoreConfig
+from edge.fov import FieldOfView
 from edge.serve import app as served_app
+from edge.store.ring import FrameStore
 from edge.version import version
-from scripts.support.store import STORE_ID, store
+from scripts.support.scene import WALL_Z, angle, board_and_wall, plane_normal
+from scripts.support.store import STORE_ID, depth_frame, store
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -139,3 +146,58 @@ def test_events_and_streams_take_a_slot_each_and_refuse_beyond_them(tmp_path: Pa
     assert first.media_type == "text/event-stream"
     assert second.status_code == 503
     assert asyncio.run(sent(second))[2] == b"too many clients (serve.clients = 1)\n"
+
+
+def scene_store(tmp_path: Path, seen: FieldOfView, formats: tuple[str, ...]) -> Path:
+    """A store the daemon's FrameStore wrote: one frame of a board turned 30 degrees in
+    front of a wall (scripts/support/scene.py), its depth at half the camera's size."""
+    scene = board_and_wall((240, 320), 66.0, tilt=30.0)
+    frame = depth_frame(0, (120, 160))
+    frame.depth = board_and_wall((120, 160), 66.0, tilt=30.0).depth
+    frame.conf = np.full((120, 160), 2.0, np.float32)
+    frame.source_size, frame.rgb, frame.fov = (240, 320), scene.rgb, seen
+    root = tmp_path / "store"
+    FrameStore(root, StoreConfig(formats=formats)).write(frame, {"t_written": 0.0})
+    return root
+
+
+def test_latest_ply_is_the_newest_frame_in_3d(tmp_path: Path) -> None:
+    """The cloud serve makes of the newest frame, read by plyfile: a point per pixel
+    (all equally sure), the scene's colours, the board planar at 30 degrees; made once
+    for every client asking for that frame."""
+    app = app_over(scene_store(tmp_path, FieldOfView(66.0, "config camera.hfov"),
+                               ("npz", "json", "rgb")))  # fmt: skip
+    code, headers, body = answer(app, "/latest.ply")
+    assert code == 200 and headers["x-frame-seq"] == "0", body[:200]
+    ply = plyfile.PlyData.read(io.BytesIO(body))
+    vertex = ply["vertex"]
+    points = np.stack([vertex["x"], vertex["y"], vertex["z"]], axis=1)
+    board = points[:, 2] < WALL_Z - 0.5
+    green = (np.abs(vertex["green"].astype(int) - 200) < 30) & (vertex["red"] < 90)
+    assert vertex.count == 120 * 160 and 0 < board.sum() < vertex.count
+    assert (green == board).mean() > 0.97  # the scene's JPEG blurs the board's edges
+    tilt = angle(plane_normal(points[board])[0], np.array([0.0, 0.0, 1.0]))
+    print(f"/latest.ply: {vertex.count} points, the board at {tilt:.4f} degrees")
+    assert abs(tilt - 30.0) < 0.05
+    assert any("66 degrees (config camera.hfov)" in c for c in ply.comments)
+    assert any("random-init" in c for c in ply.comments)
+    assert answer(app, "/latest.ply")[2] == body
+    assert answer(app, "/latest.ply", if_none_match=headers["etag"])[0] == 304
+
+
+def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
+    """No field of view: 404 saying to set camera.hfov; no depth kept: 404 naming
+    store.formats; without the scene the points take the preview's colours."""
+    unknown = FieldOfView(None, "none: no published field of view for camera 'Virtual0'")
+    code, _, body = answer(app_over(scene_store(tmp_path / "a", unknown, ("npz", "json"))),
+                           "/latest.ply")  # fmt: skip
+    assert code == 404 and b"'Virtual0'" in body and b"set camera.hfov" in body
+    known = FieldOfView(66.0, "config camera.hfov")
+    code, _, body = answer(app_over(scene_store(tmp_path / "b", known, ("preview", "json"))),
+                           "/latest.ply")  # fmt: skip
+    assert code == 404 and b'"npz" in store.formats' in body
+    code, _, body = answer(app_over(scene_store(tmp_path / "c", known, ("npz", "json"))),
+                           "/latest.ply")  # fmt: skip
+    vertex = plyfile.PlyData.read(io.BytesIO(body))["vertex"]
+    colours = {tuple(c) for c in np.stack([vertex["red"], vertex["green"], vertex["blue"]], 1)}
+    assert code == 200 and colours <= {tuple(c) for c in frames.COLORMAP}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import plyfile
 import pytest
 from PIL import Image
 
@@ -134,6 +135,70 @@ def test_the_scene_beside_the_depth(small_models: Path, photos: Path, tmp_path: 
         err = np.abs(np.asarray(scene, np.int16) - np.asarray(original.convert("RGB"), np.int16))
     print(f"rgb output vs the photo: mean |error| {err.mean():.2f} levels")
     assert err.mean() < 3.0
+
+
+def _expected_points(npz: Path) -> tuple[int, int, float]:
+    """(points, step, threshold) of a map's cloud, worked out here: every step-th pixel
+    (the long side at most 504), DA3's threshold (1.05 within the 40th..90th percentile)."""
+    with np.load(npz) as arrays:
+        conf = arrays["conf"]
+    step = -(-max(conf.shape) // 504)
+    grid = conf[::step, ::step]
+    low, high = np.percentile(grid, [40, 90])
+    threshold = min(max(1.05, float(low)), float(high))
+    return int((grid >= threshold).sum()), step, threshold
+
+
+def test_point_clouds_of_every_photo_kind(small_models: Path, photos: Path, tmp_path: Path) -> None:
+    """``--ply --hfov 60`` over every kind of photo: a PLY beside each depth map that
+    plyfile reads, with the points the map's confidence lets through, the photo's
+    colours, and the field of view's source in the JSON."""
+    out = tmp_path / "out"
+    proc = run_cli(["snap", str(photos / "good"), "--ply", "--hfov", "60", "--models",
+                    str(small_models), "-o", str(out)])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for name in GOOD:
+        stem = Path(name).stem
+        meta = json.loads((out / f"{stem}.json").read_text())
+        assert meta["field_of_view"] == {"horizontal_degrees": 60.0, "source": "--hfov"}
+        points, step, threshold = _expected_points(out / f"{stem}.npz")
+        assert meta["point_cloud"]["points"] == points and meta["point_cloud"]["step"] == step
+        assert meta["point_cloud"]["conf_threshold"] == pytest.approx(threshold, rel=1e-5)
+        ply = plyfile.PlyData.read(str(out / f"{stem}.ply"))
+        assert ply["vertex"].count == points > 0, name
+        assert [p.name for p in ply["vertex"].properties] == ["x", "y", "z", "red", "green", "blue"]
+        assert (ply["vertex"]["z"] > 0).all()
+        assert any("random-init" in c for c in ply.comments), name
+    produced = {p.name for p in out.iterdir()}
+    assert produced == {f"{Path(n).stem}{s}" for n in GOOD for s in (*FILES, ".ply")}
+
+
+def test_a_photos_exif_focal_length_and_a_photo_without_one(
+    small_models: Path, photos: Path, tmp_path: Path
+) -> None:
+    """``--ply`` alone: a phone photo's EXIF 35 mm focal length gives its field of view
+    (the JSON says so); a photo without one gets its depth outputs and one error line
+    saying to give --hfov, and no PLY (exit 1)."""
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[0xA405] = 26  # FocalLengthIn35mmFilm
+    with Image.open(photos / "good" / "landscape-4x3.jpg") as photo:
+        photo.save(tmp_path / "phone.jpg", exif=exif)
+    out = tmp_path / "out"
+    plain = photos / "good" / "grey.png"
+    proc = run_cli(["snap", str(tmp_path / "phone.jpg"), str(plain), "--ply", "--models",
+                    str(small_models), "-o", str(out)])  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    fov = json.loads((out / "phone.json").read_text())["field_of_view"]
+    assert fov["source"] == "EXIF: 26 mm (35 mm equivalent)"
+    assert fov["horizontal_degrees"] == pytest.approx(67.28, abs=0.01)  # 533x400 at 26 mm
+    assert plyfile.PlyData.read(str(out / "phone.ply"))["vertex"].count > 0
+    (error,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("da3-edge: error:")]
+    assert "grey.png: no point cloud" in error and "--hfov" in error, error
+    grey = json.loads((out / "grey.json").read_text())["field_of_view"]
+    assert grey["horizontal_degrees"] is None and grey["source"].startswith("none: ")
+    assert sorted(p.name for p in out.iterdir() if p.stem.startswith("grey")) == sorted(
+        f"grey{s}" for s in FILES
+    )
 
 
 def test_stdin(small_models: Path, photos: Path, tmp_path: Path) -> None:
@@ -282,6 +347,8 @@ def test_snap_at_a_smaller_size_runs_that_sizes_core(
         (["--precision", "fp8"], "invalid choice: 'fp8'"),
         (["--stages", "torch"], "invalid choice: 'torch'"),
         (["-", "-"], "- (stdin) can be given once"),
+        (["--hfov", "0"], "0 is not from 1 to 179 degrees"),
+        (["--hfov", "wide"], "'wide' is not a number of degrees"),
     ],
 )
 def test_usage_errors_exit_2(args: list[str], message: str, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Protocol, Self
 import numpy as np
 
 from edge.closing import Closing
+from edge.fov import FieldOfView
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class Frame:
     # ``full`` the picture at that size, converted only when an output needs it.
     camera_size: tuple[int, int] | None = None
     full: np.ndarray | None = None
+    # The picture's horizontal field of view as far as the source knows it (picamera2:
+    # the module's, through the sensor crop; the config's camera.hfov stamped over it).
+    fov: FieldOfView | None = None
 
     @property
     def size(self) -> tuple[int, int]:

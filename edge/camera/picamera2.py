@@ -30,6 +30,7 @@ import numpy as np
 from edge.camera.base import CLOSE_GRACE, Frame, SourceBase
 from edge.camera.formats import to_rgb_for, yuv_encoding
 from edge.errors import CameraError, CameraTimeout, CameraWedged
+from edge.fov import FieldOfView, of_camera
 
 
 class Picamera2Source(SourceBase):
@@ -51,6 +52,7 @@ class Picamera2Source(SourceBase):
         self._to_rgb: Callable[[np.ndarray], np.ndarray] = lambda a: a
         self._small_to_rgb: Callable[[np.ndarray], np.ndarray] | None = None
         self._size = (height, width)
+        self._sensor: tuple[str, int] = ("unknown", 0)  # picamera2's Model, active width
 
     def open(self) -> None:
         try:
@@ -72,6 +74,7 @@ class Picamera2Source(SourceBase):
             cam = Picamera2(self.index)
             transform, controls = self._ask(cam.camera_controls)
             self._configure(cam, transform, controls)
+            self._sensor = sensor(getattr(cam, "camera_properties", {}))
             cam.start()
         except Exception as exc:  # libcamera raises RuntimeError/IndexError when absent
             if cam is not None:  # opened, then configure or start failed: let it go, or
@@ -239,6 +242,7 @@ class Picamera2Source(SourceBase):
             sensor_ts=None if sensor_ns is None else sensor_ns / 1e9,
             camera_size=self._size if self._small_to_rgb is not None else None,
             full=full,
+            fov=field_of_view(self._sensor, metadata.get("ScalerCrop")),
         )
         self._seq += 1
         return frame
@@ -288,6 +292,24 @@ def check_index(index: int, cameras: list[dict[str, Any]]) -> None:
         f"{found or 'none'} (`rpicam-hello --list-cameras`; a camera connected or "
         "reseated since boot needs a reboot)"
     )
+
+
+def sensor(properties: dict[str, Any]) -> tuple[str, int]:
+    """The sensor's name (``Model``) and its active width in pixels (0: not reported),
+    from picamera2's ``camera_properties``."""
+    areas = properties.get("PixelArrayActiveAreas") or []
+    width = areas[0][2] if areas and len(areas[0]) == 4 else 0
+    if not width:
+        size = properties.get("PixelArraySize") or (0, 0)
+        width = size[0]
+    return str(properties.get("Model", "unknown")), int(width)
+
+
+def field_of_view(sensor: tuple[str, int], crop: Any) -> FieldOfView:
+    """The field of view of ``sensor`` (``sensor()``) through ``crop`` (libcamera's
+    ScalerCrop: x, y, width, height in the sensor's active area; None: the whole)."""
+    width = int(crop[2]) if isinstance(crop, (tuple, list)) and len(crop) == 4 else 0
+    return of_camera(sensor[0], sensor[1], width)
 
 
 def _smoothed(previous: float | None, step: float) -> float:

@@ -1,9 +1,11 @@
 """``da3-edge snap``: depth maps for stills.
 
 For each input ``photo.jpg`` it writes ``photo.depth.png``, ``photo.npz``,
-``photo.preview.png`` and ``photo.json`` into ``-o`` (see ``edge.frames``). A bad input
-gets one error line naming it and no outputs, the rest of the batch goes on, and the
-exit code is 1 if any input failed. Usage errors exit 2.
+``photo.preview.png`` and ``photo.json`` into ``-o`` (see ``edge.frames``), and with
+``--ply`` the point cloud ``photo.ply``. A bad input gets one error line naming it and
+no outputs, the rest of the batch goes on, and the exit code is 1 if any input failed.
+A photo whose field of view is not known (no ``--hfov``, no EXIF focal length) gets
+its depth outputs and an error line instead of the point cloud. Usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -19,9 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edge import frames, images, trace
+from edge import fov, frames, geometry, images, trace
 from edge.commands import options
-from edge.errors import EdgeError, InputUnreadable, OutputError, UsageError, report
+from edge.errors import (
+    EdgeError,
+    InputUnreadable,
+    NoFieldOfView,
+    OutputError,
+    UsageError,
+    report,
+)
 
 if TYPE_CHECKING:
     from edge.pipeline import Pipeline
@@ -34,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
             "Relative depth and confidence for still images. For photo.jpg writes "
             "photo.depth.png (16-bit inverse depth, larger = nearer), photo.npz (depth: "
             "larger = farther, and conf; float32), photo.preview.png (colour, near = warm) "
-            "and photo.json (model, shapes, timings), at the photo's displayed size."
+            "and photo.json (model, shapes, timings, field of view), at the photo's displayed "
+            "size; with --ply, photo.ply (the point cloud)."
         ),
     )
     p.add_argument(
@@ -61,6 +71,7 @@ def parser() -> argparse.ArgumentParser:
         help=f"comma-separated outputs from {','.join(frames.FORMATS)} (default: "
         f"{','.join(frames.DEFAULT_FORMATS)}; rgb: the image itself as JPEG, beside the depth)",
     )
+    _add_cloud(p)
     p.add_argument(
         "--strict-shape",
         action="store_true",
@@ -75,6 +86,36 @@ def parser() -> argparse.ArgumentParser:
         help=f"refuse larger images before decoding (default: {images.MAX_PIXELS})",
     )
     return p
+
+
+def _add_cloud(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ply",
+        action="store_true",
+        help="also write NAME.ply: the point cloud (binary PLY: x y z in the camera's frame, "
+        "OpenCV axes, relative scale, not metres; the photo's colours; pixels below DA3's "
+        f"confidence threshold left out; at most {geometry.CLOUD_MAX_SIDE} points a side). "
+        "Needs the field of view: --hfov, else the photo's EXIF 35 mm focal length",
+    )
+    p.add_argument(
+        "--hfov",
+        type=hfov,
+        metavar="DEG",
+        help="the photos' horizontal field of view in degrees (default: from each photo's "
+        "EXIF 35 mm-equivalent focal length, when it has one); recorded in NAME.json",
+    )
+
+
+def hfov(text: str) -> float:
+    """``--hfov``'s type: degrees within geometry.HFOV_RANGE."""
+    try:
+        degrees = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of degrees") from None
+    if not fov.in_range(degrees):
+        low, high = fov.HFOV_RANGE
+        raise argparse.ArgumentTypeError(f"{text} is not from {low:g} to {high:g} degrees")
+    return degrees
 
 
 @dataclass(frozen=True)
@@ -139,7 +180,7 @@ def claim_stem(out: Path, stem: str, source: str, taken: set[str], formats: Sequ
     while True:
         candidate = stem if n == 1 else f"{stem}-{n}"
         if candidate not in taken:
-            existing = [out / f"{candidate}{frames.SUFFIXES[f]}" for f in frames.FORMATS]
+            existing = [out / f"{candidate}{suffix}" for suffix in frames.SUFFIXES.values()]
             if not any(p.exists() for p in existing):
                 break
             if _owner(out / f"{candidate}.json") == source:
@@ -151,7 +192,8 @@ def claim_stem(out: Path, stem: str, source: str, taken: set[str], formats: Sequ
 
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
-    formats = parse_formats(ns.format)
+    formats = parse_formats(ns.format) + (["ply"] if ns.ply else [])
+    given = fov.configured(ns.hfov or 0.0, "--hfov")
     if ns.threads is not None and ns.threads < 1:
         raise UsageError("--threads must be at least 1")
     if ns.max_pixels < 1:
@@ -186,7 +228,9 @@ def main(args: Sequence[str] | None = None) -> int:
             try:
                 if isinstance(item, EdgeError):
                     raise item
-                stem = _snap_one(pipeline, item, out, formats, taken, last=index == total)
+                stem = _snap_one(
+                    pipeline, item, out, formats, taken, last=index == total, given=given
+                )
             except EdgeError as exc:
                 failures += 1
                 report(exc)
@@ -212,11 +256,25 @@ def _check_writable(out: Path) -> None:
 
 
 def _snap_one(
-    pipeline: Pipeline, item: Item, out: Path, formats: list[str], taken: set[str], *, last: bool
+    pipeline: Pipeline,
+    item: Item,
+    out: Path,
+    formats: list[str],
+    taken: set[str],
+    *,
+    last: bool,
+    given: fov.FieldOfView | None,
 ) -> str:
-    """One input through the pipeline, its outputs written under a stem of its own."""
+    """One input through the pipeline, its outputs written under a stem of its own. A
+    point cloud without a field of view: the other outputs, then NoFieldOfView."""
     source = sys.stdin.buffer.read() if item.source == "-" else item.source
-    frame = pipeline.run(source, name=item.label, last=last, keep_rgb="rgb" in formats)
+    keep_rgb = "rgb" in formats or "ply" in formats
+    frame = pipeline.run(source, name=item.label, last=last, keep_rgb=keep_rgb)
+    frame.fov = given
+    seen = frame.field_of_view()
+    cloudless = "ply" in formats and seen.degrees is None
+    if cloudless:
+        formats = [f for f in formats if f != "ply"]
     key = "-" if item.source == "-" else str(Path(item.source).resolve())
     stem = claim_stem(out, item.stem, key, taken, formats)
     try:
@@ -224,4 +282,10 @@ def _snap_one(
         trace.mark("written")
     except OSError as exc:
         raise OutputError(f"{item.label}: cannot write to {out} ({exc.strerror or exc})") from None
+    if cloudless:
+        raise NoFieldOfView(
+            f"{item.label}: no point cloud: its field of view is not known "
+            f"({seen.source.removeprefix('none: ')}); give --hfov DEGREES "
+            f"(its other outputs are written as {stem})"
+        )
     return stem

@@ -13,12 +13,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from edge.camera import CameraError, Frame, Source, Streams, open_source
 from edge.camera.base import CLOSE_GRACE
 from edge.config import CameraConfig
 from edge.errors import CameraWedged
+from edge.fov import FieldOfView
 
 log = logging.getLogger("edge.daemon")
 
@@ -212,6 +213,8 @@ class Capture:
                 if time.monotonic() - last_new > cfg.stall_after:
                     return f"stalled: no new frame for {cfg.stall_after:g} s", delivered
                 continue
+            if cfg.hfov:
+                frame = replace(frame, fov=FieldOfView(cfg.hfov, "config camera.hfov"))
             last_ts = ts
             last_new = time.monotonic()
             delivered += 1

@@ -142,6 +142,7 @@ class Writer:
             "workers": item.workers,
             "dropped_stale_total": self.dropped_stale(),
         }
+        item.depth.fov = frame.fov  # the record says where it came from, or why none
         store = self.store
         try:
             path = store.write(item.depth, record)

@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from edge.config import ServeConfig
 from edge.errors import UnsafeStore
+from edge.serve.cloud import Clouds, Refused
 from edge.serve.hub import VIEWS, Hub, Newest, Subscriber
 from edge.serve.metrics import Metrics
 from edge.store import layout
@@ -110,14 +111,14 @@ class Served:
     config: ServeConfig
     status_every: float  # the daemon's, for how old a status may be
     sending: asyncio.Semaphore  # file downloads at once (serve.downloads): each holds a file
+    clouds: Clouds  # /latest.ply: the newest frame's point cloud, made once
 
 
 def make_app(root: Path, config: ServeConfig, *, status_every: float) -> Starlette:
     """The app over the store at ``root``; see the module docstring."""
     hub = Hub(root, config.clients)
-    served = Served(
-        root, hub, Metrics(hub), config, status_every, asyncio.Semaphore(config.downloads)
-    )
+    sending = asyncio.Semaphore(config.downloads)
+    served = Served(root, hub, Metrics(hub), config, status_every, sending, Clouds(root))
     app = Starlette(routes=ROUTES, lifespan=_lifespan)
     app.state.served = served
     return app
@@ -192,6 +193,28 @@ async def latest_file(request: Request) -> Response:
         headers = {**_headers(newest), "Content-Length": str(size)}
         await served.sending.acquire()
         return _OpenFile(fd, served.sending, media, headers)
+    return _unavailable("frames are being pruned faster than they can be read")
+
+
+async def latest_ply(request: Request) -> Response:
+    """The newest frame as a point cloud (edge.serve.cloud), made on request: 404 with
+    the reason when it has no field of view or the store keeps no depth."""
+    served = _served(request)
+    for _ in range(3):
+        newest = frame_or_answer(request)
+        if isinstance(newest, Response):
+            return newest
+        if served.sending.locked():
+            downloads = served.config.downloads
+            return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
+        try:
+            async with served.sending:
+                data = await served.clouds.ply(newest)
+        except Refused as exc:
+            if exc.gone:
+                continue
+            return PlainTextResponse(f"{exc}\n", 404, headers=_headers(newest))
+        return Response(data, media_type="application/octet-stream", headers=_headers(newest))
     return _unavailable("frames are being pruned faster than they can be read")
 
 
@@ -311,6 +334,7 @@ ROUTES = [
     Route("/latest.json", latest_json),
     Route("/latest.jpg", latest_jpg),
     *(Route(path, latest_file) for path in FILES),
+    Route("/latest.ply", latest_ply),
     Route("/api/status", api_status),
     Route("/healthz", healthz),
     Route("/events", events),

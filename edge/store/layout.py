@@ -26,6 +26,7 @@ SUFFIXES = {
     "preview": ".preview.png",
     "json": ".json",
     "rgb": ".rgb.jpg",
+    "ply": ".ply",  # a point cloud: snap --ply writes one; serve makes /latest.ply itself
 }
 
 # The store: frames/<10-digit seq>/frame.<suffix>, `latest` pointing at the newest.

@@ -1,0 +1,148 @@
+"""From a depth map to points: the camera's intrinsics from its field of view
+(``edge.fov``), back-projection, and the PLY file. A frame without a field of view
+makes no point cloud.
+
+Geometry follows DA3's own export (``depth_anything_3.utils.export.glb``): depth is
+z-depth along the optical axis, a pixel goes through the inverse intrinsics and is
+scaled by its depth, and pixels below a confidence threshold (DA3's rule, ``threshold``)
+are left out. The points are in the camera's frame, OpenCV's axes (x right, y down, z
+forward), on DA3's relative scale: not metres.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge.fov import FieldOfView
+
+# DA3's confidence threshold for its point clouds (export_to_glb's defaults): 1.05,
+# raised to the 40th percentile of the frame's confidence, lowered to its 90th.
+CONF_BASE, CONF_LOW_PERCENTILE, CONF_HIGH_PERCENTILE = 1.05, 40.0, 90.0
+# A point cloud's grid: every step-th pixel so that the long side is at most this many
+# points. The core sees at most 504 pixels on its long side; more points than that are
+# its depth interpolated, and a 1600-pixel photo would be 1.9 M points (29 MB).
+CLOUD_MAX_SIDE = 504
+
+
+@dataclass(frozen=True)
+class Intrinsics:
+    """A pinhole camera in the depth map's pixels: focal lengths and principal point
+    (the picture's centre), pixel (u, v)'s centre at (u + 0.5, v + 0.5)."""
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+
+    @classmethod
+    def of(
+        cls, degrees: float, output_size: tuple[int, int], source_size: tuple[int, int]
+    ) -> Intrinsics:
+        """For a map of ``output_size`` (H, W) made from a picture of ``source_size``:
+        square pixels in the picture, each axis scaled as the map was (a map at the core's
+        shape may have a slightly different aspect)."""
+        (oh, ow), (sh, sw) = output_size, source_size
+        f_source = sw / 2 / math.tan(math.radians(degrees) / 2)
+        return cls(f_source * ow / sw, f_source * oh / sh, ow / 2, oh / 2)
+
+
+def threshold(conf: np.ndarray) -> float:
+    """DA3's confidence threshold for a point cloud: CONF_BASE, at least the 40th
+    percentile of ``conf``, at most its 90th."""
+    low, high = np.percentile(conf, [CONF_LOW_PERCENTILE, CONF_HIGH_PERCENTILE])
+    return float(min(max(CONF_BASE, low), high))
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """Points (N, 3) float32 in the camera's frame and their colours (N, 3) uint8."""
+
+    points: np.ndarray
+    colours: np.ndarray
+    step: int  # every step-th pixel of the map, both ways
+    conf_threshold: float
+
+    @property
+    def count(self) -> int:
+        return int(self.points.shape[0])
+
+
+def back_project(
+    depth: np.ndarray, conf: np.ndarray, colours: np.ndarray, k: Intrinsics, step: int = 1
+) -> Cloud:
+    """Every ``step``-th pixel of ``depth`` at or above DA3's confidence threshold (and
+    with a finite, positive depth) as a point, coloured by the pixel of ``colours``
+    ((H', W', 3) uint8, any size: the nearest pixel to the point's) it falls in."""
+    rows = np.arange(0, depth.shape[0], step)
+    cols = np.arange(0, depth.shape[1], step)
+    d = depth[::step, ::step]
+    c = conf[::step, ::step]
+    limit = threshold(c)
+    keep = (c >= limit) & np.isfinite(d) & (d > 0)
+    v, u = np.nonzero(keep)
+    z = d[v, u].astype(np.float32)
+    x = ((cols[u] + 0.5 - k.cx) / k.fx).astype(np.float32) * z
+    y = ((rows[v] + 0.5 - k.cy) / k.fy).astype(np.float32) * z
+    points = np.stack([x, y, z], axis=1)
+    ch, cw = colours.shape[:2]
+    colour_rows = ((rows[v] + 0.5) * (ch / depth.shape[0])).astype(np.intp)
+    colour_cols = ((cols[u] + 0.5) * (cw / depth.shape[1])).astype(np.intp)
+    return Cloud(points, colours[colour_rows, colour_cols], step, limit)
+
+
+def cloud_of(
+    depth: np.ndarray,
+    conf: np.ndarray,
+    colours: np.ndarray,
+    fov: FieldOfView,
+    source_size: tuple[int, int],
+) -> Cloud:
+    """The point cloud of a depth map made from a picture of ``source_size`` (H, W)
+    seen with ``fov``, on a grid of at most CLOUD_MAX_SIDE points a side; ValueError
+    (saying why) when ``fov`` has no degrees."""
+    if fov.degrees is None:
+        raise ValueError(f"no field of view ({fov.source})")
+    size = (int(depth.shape[0]), int(depth.shape[1]))
+    k = Intrinsics.of(fov.degrees, size, source_size)
+    return back_project(depth, conf, colours, k, step_for(size))
+
+
+def step_for(size: tuple[int, int], max_side: int = CLOUD_MAX_SIDE) -> int:
+    """The grid step that brings ``size``'s long side to at most ``max_side`` points."""
+    return max(1, -(-max(size) // max_side))
+
+
+def ply(cloud: Cloud, comments: list[str]) -> bytes:
+    """``cloud`` as a binary little-endian PLY: x y z (float) and red green blue
+    (uchar) per vertex, ``comments`` in the header (one line each)."""
+    vertex = np.dtype(
+        [("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("red", "u1"), ("green", "u1"), ("blue", "u1")]
+    )
+    body = np.empty(cloud.count, dtype=vertex)
+    for axis, name in enumerate("xyz"):
+        body[name] = cloud.points[:, axis]
+    for channel, name in enumerate(("red", "green", "blue")):
+        body[name] = cloud.colours[:, channel]
+    header = ["ply", "format binary_little_endian 1.0"]
+    header += [f"comment {' '.join(line.split())}" for line in comments]
+    header += [f"element vertex {cloud.count}"]
+    header += [f"property float {name}" for name in "xyz"]
+    header += [f"property uchar {name}" for name in ("red", "green", "blue")]
+    header += ["end_header"]
+    return ("\n".join(header) + "\n").encode("ascii", "replace") + body.tobytes()
+
+
+def ply_comments(fov: FieldOfView, *, random_init: bool, conf_threshold: float) -> list[str]:
+    """What a PLY's header says of its points: scale, axes, field of view, filter."""
+    lines = [
+        "da3-edge point cloud: DA3 relative depth, arbitrary scale (not metres)",
+        "axes: camera frame, x right, y down, z forward (OpenCV)",
+        f"horizontal field of view {fov.degrees:g} degrees ({fov.source})",
+        f"pixels with confidence below {conf_threshold:.4g} left out (DA3's rule)",
+    ]
+    if random_init:
+        lines.append("made with random-init weights: NOT a real model's depth")
+    return lines
