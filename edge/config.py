@@ -135,6 +135,17 @@ class CameraConfig:
 
 
 @dataclass(frozen=True)
+class DepthConfig:
+    steady: bool = setting(
+        True,
+        "Steady depth for live views: each frame's depth brought to the scale of the "
+        "frames before (a robust median on its confident pixels) and the preview's colour "
+        "range smoothed, starting again on a scene change; the npz keeps the frame's own "
+        "depth, frame.json the scale (steady). Off: each preview on its own range.",
+    )
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     dir: str = setting(
         "", "Model directory; empty: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models.",
@@ -373,6 +384,7 @@ FILE_DOC = (
 )
 # The sections' own comments in the shipped file, before their first key's.
 SECTION_DOCS = {
+    "depth": "What the daemon does with each frame's depth before it writes it.",
     "serve": "`da3-edge serve`: the live page, the latest frame, events, health and metrics.",
     "mqtt": "`da3-edge publish`: frames and health to an MQTT broker, with Home Assistant "
     "discovery. Off until enabled here (and its unit enabled: da3-edge-publish.service).",
@@ -383,6 +395,7 @@ SECTION_DOCS = {
 class Config:
     camera: CameraConfig = field(default_factory=CameraConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    depth: DepthConfig = field(default_factory=DepthConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     path: str | None = None
@@ -393,13 +406,14 @@ class Config:
 SECTIONS: dict[str, type] = {
     "camera": CameraConfig,
     "model": ModelConfig,
+    "depth": DepthConfig,
     "store": StoreConfig,
     "daemon": DaemonConfig,
     "serve": ServeConfig,
     "mqtt": MqttConfig,
 }
 # What `da3-edge run` checks; a companion (serve) checks its own section and the store.
-DAEMON_PARTS = ("camera", "model", "store", "daemon")
+DAEMON_PARTS = ("camera", "model", "depth", "store", "daemon")
 
 
 def flag_help(key: str) -> str:

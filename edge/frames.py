@@ -35,6 +35,7 @@ import numpy as np
 from edge import __version__, atomic, geometry
 from edge.depth import DepthFrame
 from edge.fov import FieldOfView
+from edge.steady import Alignment
 from edge.store.layout import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
 from edge.store.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
 from edge.store.layout import SUFFIXES as SUFFIXES
@@ -92,6 +93,19 @@ def inverse_normalised(
         return np.zeros(depth.shape, dtype=np.float32)
     inv -= np.float32(lo)
     inv *= np.float32(1.0 / (hi - lo))
+    return inv
+
+
+def inverse_in_range(depth: np.ndarray, scale: float, low: float, high: float) -> np.ndarray:
+    """1 / (scale * depth) placed in [low, high] as 0..1 (clipped), float32: a preview's
+    colours on a range that holds from frame to frame (``edge.steady``)."""
+    eps = np.float32(1e-12)
+    inv: np.ndarray = np.maximum(depth, eps, dtype=np.float32)
+    inv *= np.float32(scale)
+    np.reciprocal(inv, out=inv)
+    inv -= np.float32(low)
+    inv *= np.float32(1.0 / max(high - low, 1e-12))
+    np.clip(inv, 0.0, 1.0, out=inv)
     return inv
 
 
@@ -244,9 +258,11 @@ def render(
     extra: dict[str, Any] | None = None,
     *,
     preview_max_side: int = 0,
+    steady: Alignment | None = None,
 ) -> dict[str, atomic.Data]:
     """The bytes of each requested output, keyed by format. A point cloud ("ply") is
-    made first, so that the JSON can say what is in it (``point_cloud``)."""
+    made first, so that the JSON can say what is in it (``point_cloud``). ``steady``:
+    the preview coloured on its range (the 16-bit PNG stays the frame's own)."""
     formats = list(formats)
     extra = dict(extra or {})
     cloud = b""
@@ -259,12 +275,15 @@ def render(
             "points": made.count, "step": made.step,
             "conf_threshold": round(made.conf_threshold, 6),
         }  # fmt: skip
-    wants_inverse = {"png", "preview"} & set(formats)
-    inv = inverse_normalised(frame.depth, frame.depth_range()) if wants_inverse else None
+    inv = shown = None  # the inverse depth of the PNG, and of the preview
+    if "png" in formats or ("preview" in formats and steady is None):
+        inv = shown = inverse_normalised(frame.depth, frame.depth_range())
+    if steady is not None and "preview" in formats:
+        shown = inverse_in_range(frame.depth, steady.scale, steady.low, steady.high)
     makers: dict[str, Callable[[], atomic.Data]] = {
         "png": lambda: depth_png(frame.depth, inv),
         "npz": lambda: npz_writer(frame),
-        "preview": lambda: preview_png(frame.depth, inv, preview_max_side),
+        "preview": lambda: preview_png(frame.depth, shown, preview_max_side),
         "json": lambda: sidecar(frame, extra),
         "rgb": lambda: rgb_jpeg(frame),
         "ply": lambda: cloud,

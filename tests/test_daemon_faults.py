@@ -256,9 +256,9 @@ def test_the_windows_latency_counts_the_write(tmp_path: Path) -> None:
     a frame (an SD card, a busy tmpfs) shows in it."""
 
     class SlowStore(FrameStore):
-        def write(self, frame: Any, record: dict[str, Any]) -> Path:
+        def write(self, frame: Any, record: dict[str, Any], steady: Any = None) -> Path:
             time.sleep(0.3)
-            return super().write(frame, record)
+            return super().write(frame, record, steady)
 
     results, stop = Results(), threading.Event()
     writer = Writer(

@@ -29,6 +29,7 @@ SERVICE_MODELS = "/opt/da3-edge/models"  # the daemon unit's DA3_EDGE_MODELS
 UNITS: dict[str, tuple[tuple[str, str], ...]] = {
     "camera": (("try-reload-or-restart", "da3-edge"),),
     "model": (("try-reload-or-restart", "da3-edge"),),
+    "depth": (("try-reload-or-restart", "da3-edge"),),
     "daemon": (("try-reload-or-restart", "da3-edge"),),
     "store": (
         ("try-reload-or-restart", "da3-edge"),

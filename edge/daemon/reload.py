@@ -62,8 +62,8 @@ def reload(d: Reloading) -> None:
             d.inference.offer(pipeline)  # adopted between frames
     if new.store != old.store:
         new = _switch_store(d, new, old, errors)
-    if new.store != old.store or new.camera.source != old.camera.source:
-        d.writer.reconfigure(d.store, new.camera.source)
+    if (new.store, new.camera.source, new.depth) != (old.store, old.camera.source, old.depth):
+        d.writer.reconfigure(d.store, new.camera.source, new.depth.steady)
     streams = camera_streams(new, pipeline)
     if new.camera != old.camera or streams != d.streams:
         d.capture.reconfigure(new.camera, streams)

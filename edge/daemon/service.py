@@ -83,6 +83,7 @@ class Daemon:
             self.store, config.camera.source, self.results, self.stop_event,
             self._beater("write"), max_frames=max_frames,
             dropped_stale=lambda: self.capture.counters.dropped_stale,
+            steady=config.depth.steady,
         )  # fmt: skip
         self.status_file = status.StatusFile()
         self._threads: list[threading.Thread] = []

@@ -17,6 +17,7 @@ from typing import Any
 
 from edge.daemon.inference import Result, Results
 from edge.stats import nearest_rank
+from edge.steady import Steady
 from edge.store.ring import FrameStore
 
 log = logging.getLogger("edge.daemon")
@@ -64,10 +65,12 @@ class Window:
 class Writer:
     """The writer thread (``run``).
 
-    Owns, written by its thread only: the store in use, ``counters``, ``window`` and
-    ``state`` (``(state, reason)``: "starting", "ok", "not writing"). The main thread
-    hands a reloaded store (and the camera SPEC recorded in each frame) over with
-    ``reconfigure``, through ``_wanted`` (written by the main thread only).
+    Owns, written by its thread only: the store in use, ``counters``, ``window``,
+    ``state`` (``(state, reason)``: "starting", "ok", "not writing") and ``steady`` (the
+    alignment of the frames' depth, ``edge.steady``, or None when depth.steady is off).
+    The main thread hands a reloaded store, the camera SPEC recorded in each frame and
+    depth.steady over with ``reconfigure``, through ``_wanted`` (written by the main
+    thread only); a new one starts the alignment again.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class Writer:
         *,
         dropped_stale: Callable[[], int],
         max_frames: int = 0,
+        steady: bool = False,
     ) -> None:
         self.store = store
         self.source = source
@@ -91,12 +95,14 @@ class Writer:
         self.counters = WriterCounters()
         self.window = Window()
         self.state: tuple[str, str | None] = ("starting", None)
-        self._wanted: tuple[FrameStore, str] = (store, source)
+        self._wanted: tuple[FrameStore, str, bool] = (store, source, steady)
+        self.steady = Steady() if steady else None
         self._last_error_log = 0.0
 
-    def reconfigure(self, store: FrameStore, source: str) -> None:
-        """Main thread: write to ``store`` (recording ``source``) from the next frame."""
-        self._wanted = (store, source)
+    def reconfigure(self, store: FrameStore, source: str, steady: bool) -> None:
+        """Main thread: write to ``store`` (recording ``source``; aligning the frames'
+        depth when ``steady``) from the next frame."""
+        self._wanted = (store, source, steady)
 
     def prepare(self) -> None:
         """Get the store ready before the thread starts (retried at each write)."""
@@ -115,15 +121,22 @@ class Writer:
                 continue
             self.beat()
             self.counters.holding = 1
-            if self._wanted[0] is not self.store:
-                self.state = ("starting", None)
-            self.store, self.source = self._wanted
+            self._adopt()
             try:
                 self._write(item)
             finally:
                 self.counters.holding = 0
             if self.max_frames and self.counters.written >= self.max_frames:
                 self.stop.set()
+
+    def _adopt(self) -> None:
+        """What the main thread handed over, between frames."""
+        store, source, steady = self._wanted
+        if store is not self.store:
+            self.state = ("starting", None)
+        if (store, source, steady) != (self.store, self.source, self.steady is not None):
+            self.steady = Steady() if steady else None  # another scene: align afresh
+        self.store, self.source = store, source
 
     def _write(self, item: Result) -> None:
         frame = item.frame
@@ -143,9 +156,17 @@ class Writer:
             "dropped_stale_total": self.dropped_stale(),
         }
         item.depth.fov = frame.fov  # the record says where it came from, or why none
+        aligned = None
+        if self.steady is not None:
+            t0 = time.perf_counter()
+            aligned = self.steady.step(item.depth.depth, item.depth.conf)
+            record["steady"] = {
+                **aligned.record(),
+                "ms": round((time.perf_counter() - t0) * 1e3, 3),
+            }
         store = self.store
         try:
-            path = store.write(item.depth, record)
+            path = store.write(item.depth, record, aligned)
         except OSError as exc:
             self.counters.failed += 1
             store.ready = False  # re-prepare next time: the mount may come back

@@ -44,6 +44,7 @@ from typing import Any
 from edge import atomic, frames
 from edge.config import StoreConfig
 from edge.depth import DepthFrame
+from edge.steady import Alignment
 from edge.store import layout
 from edge.store.layout import FRAMES, LATEST, STORE_ID
 from edge.store.trust import check_root, read_store_id
@@ -148,8 +149,11 @@ class FrameStore:
     def bytes(self) -> int:
         return sum(self._sizes.values())
 
-    def write(self, frame: DepthFrame, record: dict[str, Any]) -> Path:
-        """Publish one frame; returns its directory. OSError leaves nothing behind."""
+    def write(
+        self, frame: DepthFrame, record: dict[str, Any], steady: Alignment | None = None
+    ) -> Path:
+        """Publish one frame (its preview on ``steady``'s range when given); returns its
+        directory. OSError leaves nothing behind."""
         if not self.ready:
             self.prepare()
         seq = self._next_seq
@@ -157,7 +161,7 @@ class FrameStore:
         # the daemon's record and the store sequence.
         blobs = frames.render(
             frame, self.formats, {**record, "store_seq": seq},
-            preview_max_side=self.preview_max_side,
+            preview_max_side=self.preview_max_side, steady=steady,
         )  # fmt: skip
         # The npz streams into its file: the last frame's size is the estimate of this one.
         estimate = self._sizes[max(self._sizes)] if self._sizes else 0

@@ -276,3 +276,40 @@ def render_a76_sizes(data: Data, sizes: Data) -> str:
             f"{v['instructions'] / (g * 1e9):.3f} | {v['instructions'] / base['instructions']:.2f} |"
         )
     return "\n".join([head, "", *rows])
+
+
+def render_steady(data: Data) -> str:
+    """The steady view (scripts/steady.py): flicker today and steady, the cut's
+    recovery, the cost a frame."""
+    cpu = data["machine"]["cpu"]
+    flick, cost = data["flicker"], data["cost"]
+    head = (
+        f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), git "
+        f"{data['machine']['git_revision']}; {data['frames']} frames a sequence, the cut at "
+        f"frame {data['cut_at']}; timings: medians of {data['rounds']} alternating rounds."
+    )
+    rows = [
+        "| sequence | preview change a frame, today | steady | steady / today | new scenes "
+        "(frame) | cut recovered (frames: today, steady) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in ("still", "pan", "cut"):
+        r = flick[name]
+        recovered = f"{r['recovery_today']}, {r['recovery_steady']}" if name == "cut" else ""
+        scenes = ", ".join(str(n) for n in r["new_scenes"])
+        rows.append(
+            f"| {name} | {r['today']:.2f} levels | {r['steady']:.2f} levels | "
+            f"{r['ratio']:.2f} | {scenes} | {recovered} |"
+        )
+    rows += [
+        "",
+        "| output size | Steady.step | PNG + preview | PNG + steady preview | steady's cost a frame |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, c in cost.items():
+        ms, (h, w) = c["ms"], c["size"]
+        rows.append(
+            f"| {name}, {h}x{w} | {ms['step']:.2f} ms | {ms['render']:.2f} ms | "
+            f"{ms['render_steady']:.2f} ms | {ms['extra']:+.2f} ms |"
+        )
+    return "\n".join([head, "", *rows])

@@ -49,6 +49,16 @@ def board_and_wall(size: tuple[int, int], hfov: float, tilt: float) -> Scene:
     return Scene(depth, rgb, board, normal)
 
 
+def floor(size: tuple[int, int], hfov: float, pitch: float) -> np.ndarray:
+    """The z-depth of a floor seen from 4 units away along the optical axis, the camera
+    pitched ``pitch`` degrees down to it: farther at the top of the picture."""
+    r = rays(size, hfov)
+    p = math.radians(pitch)
+    normal = np.array([0.0, -math.sin(p), -math.cos(p)])
+    depth: np.ndarray = ((normal @ np.array([0.0, 0.0, 4.0])) / (r @ normal)).astype(np.float32)
+    return depth
+
+
 def plane_normal(points: np.ndarray) -> tuple[np.ndarray, float]:
     """The least-squares plane through ``points`` (N, 3): its unit normal and the RMS
     distance of the points from it."""
