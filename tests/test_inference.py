@@ -235,8 +235,11 @@ def test_after_a_reload_to_a_slower_core_frames_are_taken_by_its_pace(models: Pa
     ages = [submitted[n] - item.frame.t_mono for n, item in enumerate(mine)]
     print("age of each frame when it went to the new core, s:", [round(a, 3) for a in ages])
     # Image 0 goes at once (nothing in flight); image 1 may be taken before the new
-    # core's pace is known, and then waits for image 0; from image 2 on, the pace is known.
-    assert len(ages) >= 5 and max(ages[2:]) < 0.3, ages
+    # core's pace is known, and then waits for image 0; from image 2 on, the pace is known:
+    # a frame is taken the slowest recent preprocessing before the core is free (on a
+    # loaded machine that is long too), never the old core's 0.55 s.
+    slowest = max(item.depth.timings_ms["preprocess"] for item in got) / 1000
+    assert len(ages) >= 5 and max(ages[2:]) < 0.3 + slowest, (ages, slowest)
 
 
 def test_a_failing_core_costs_its_frame_only_and_says_why(models: Path) -> None:

@@ -20,13 +20,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from edge import frames
-from edge.config import ServeConfig, StoreConfig
+from edge.config import ServeConfig
 from edge.fov import FieldOfView
 from edge.serve import app as served_app
-from edge.store.ring import FrameStore
 from edge.version import version
-from scripts.support.scene import WALL_Z, angle, board_and_wall, plane_normal
-from scripts.support.store import STORE_ID, depth_frame, store
+from scripts.support.scene import WALL_Z, angle, plane_normal
+from scripts.support.store import STORE_ID, board_store, store
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -149,15 +148,8 @@ def test_events_and_streams_take_a_slot_each_and_refuse_beyond_them(tmp_path: Pa
 
 
 def scene_store(tmp_path: Path, seen: FieldOfView, formats: tuple[str, ...]) -> Path:
-    """A store the daemon's FrameStore wrote: one frame of a board turned 30 degrees in
-    front of a wall (scripts/support/scene.py), its depth at half the camera's size."""
-    scene = board_and_wall((240, 320), 66.0, tilt=30.0)
-    frame = depth_frame(0, (120, 160))
-    frame.depth = board_and_wall((120, 160), 66.0, tilt=30.0).depth
-    frame.conf = np.full((120, 160), 2.0, np.float32)
-    frame.source_size, frame.rgb, frame.fov = (240, 320), scene.rgb, seen
     root = tmp_path / "store"
-    FrameStore(root, StoreConfig(formats=formats)).write(frame, {"t_written": 0.0})
+    board_store(root, seen, formats)
     return root
 
 

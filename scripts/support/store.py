@@ -9,7 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from edge.config import StoreConfig
 from edge.depth import DepthFrame
+from edge.fov import FieldOfView
+from edge.store.ring import FrameStore
+from scripts.support.scene import board_and_wall
 
 STORE_ID = "0123456789abcdef"
 
@@ -56,3 +60,29 @@ def store(tmp_path: Path, *, seq: int = 42) -> Path:
     (root / "store-id").write_text(STORE_ID + "\n")
     os.symlink(f"frames/{seq:010d}", root / "latest")
     return root
+
+
+def board_store(
+    root: Path, seen: FieldOfView, formats: tuple[str, ...], frames: int = 1
+) -> FrameStore:
+    """A store the daemon's FrameStore wrote: ``frames`` frames of a board turned 30
+    degrees in front of a wall (scripts/support/scene.py) seen at 66 degrees, its
+    depth at half the camera's 240x320, with the scene's picture (a confidence of 2
+    everywhere: every point kept)."""
+    store = FrameStore(root, StoreConfig(formats=formats))
+    for n in range(frames):
+        write_board(store, seen, n)
+    return store
+
+
+def write_board(
+    store: FrameStore, seen: FieldOfView, n: int = 0, size: tuple[int, int] = (120, 160)
+) -> None:
+    """Frame ``n`` of the board scene, its depth at ``size``, its picture twice that."""
+    h, w = size
+    scene = board_and_wall((2 * h, 2 * w), 66.0, tilt=30.0)
+    frame = depth_frame(n, size)
+    frame.depth = board_and_wall(size, 66.0, tilt=30.0).depth
+    frame.conf = np.full(size, 2.0, np.float32)
+    frame.source_size, frame.rgb, frame.fov = (2 * h, 2 * w), scene.rgb, seen
+    store.write(frame, {"t_written": time.time(), "camera_seq": n})
