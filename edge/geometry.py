@@ -21,10 +21,11 @@ from edge.fov import FieldOfView
 # DA3's confidence threshold for its point clouds (export_to_glb's defaults): 1.05,
 # raised to the 40th percentile of the frame's confidence, lowered to its 90th.
 CONF_BASE, CONF_LOW_PERCENTILE, CONF_HIGH_PERCENTILE = 1.05, 40.0, 90.0
-# A point cloud's grid: every step-th pixel so that the long side is at most this many
-# points. The core sees at most 504 pixels on its long side; more points than that are
-# its depth interpolated, and a 1600-pixel photo would be 1.9 M points (29 MB).
-CLOUD_MAX_SIDE = 504
+# A point cloud's grid: every step-th pixel both ways, so that there are at most this
+# many (DA3's own export caps its clouds at a million points): a 12 MP photo's cloud is
+# 750,000 points (11 MB), where every pixel would be 180 MB of the core's depth
+# interpolated.
+CLOUD_MAX_POINTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def cloud_of(
     source_size: tuple[int, int],
 ) -> Cloud:
     """The point cloud of a depth map made from a picture of ``source_size`` (H, W)
-    seen with ``fov``, on a grid of at most CLOUD_MAX_SIDE points a side; ValueError
+    seen with ``fov``, on a grid of at most CLOUD_MAX_POINTS points; ValueError
     (saying why) when ``fov`` has no degrees."""
     if fov.degrees is None:
         raise ValueError(f"no field of view ({fov.source})")
@@ -110,9 +111,12 @@ def cloud_of(
     return back_project(depth, conf, colours, k, step_for(size))
 
 
-def step_for(size: tuple[int, int], max_side: int = CLOUD_MAX_SIDE) -> int:
-    """The grid step that brings ``size``'s long side to at most ``max_side`` points."""
-    return max(1, -(-max(size) // max_side))
+def step_for(size: tuple[int, int], most: int = CLOUD_MAX_POINTS) -> int:
+    """The grid step that leaves at most ``most`` of ``size``'s pixels."""
+    step = max(1, math.ceil(math.sqrt(size[0] * size[1] / most)))
+    while -(-size[0] // step) * -(-size[1] // step) > most:
+        step += 1
+    return step
 
 
 def ply(cloud: Cloud, comments: list[str]) -> bytes:

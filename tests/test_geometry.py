@@ -155,12 +155,15 @@ def test_the_ply_is_what_a_standard_reader_reads() -> None:
         )
 
 
-def test_a_large_map_is_sampled_to_the_cores_side() -> None:
-    assert geometry.step_for((1200, 1600)) == 4 and geometry.step_for((378, 504)) == 1
+def test_a_large_map_is_sampled_to_a_million_points() -> None:
+    """At most a million points (DA3's own cap): every pixel of a 1000x1000 map, every
+    other of a 1200x1600 one, every fourth of a 12 MP photo's."""
+    assert geometry.step_for((1000, 1000)) == 1 and geometry.step_for((1001, 1000)) == 2
+    assert geometry.step_for((3000, 4000)) == 4 and geometry.step_for((378, 504)) == 1
     depth = np.ones((1200, 1600), np.float32)
     cloud = geometry.cloud_of(depth, depth * 2, np.zeros((1, 1, 3), np.uint8),
                               FieldOfView(60.0, "t"), (1200, 1600))  # fmt: skip
-    assert cloud.count == 300 * 400 and cloud.step == 4
+    assert cloud.count == 600 * 800 and cloud.step == 2
 
 
 def test_the_cloud_matches_da3s_own_export(export_env: Path, tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def _add_cloud(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write NAME.ply: the point cloud (binary PLY: x y z in the camera's frame, "
         "OpenCV axes, relative scale, not metres; the photo's colours; pixels below DA3's "
-        f"confidence threshold left out; at most {geometry.CLOUD_MAX_SIDE} points a side). "
+        f"confidence threshold left out; at most {geometry.CLOUD_MAX_POINTS:,} points). "
         "Needs the field of view: --hfov, else the photo's EXIF 35 mm focal length",
     )
     p.add_argument(
