@@ -137,6 +137,11 @@ PARTS = (
         lambda: performance_tables.render_peer(_data("peer-x86_64.json")),
     ),
     Part(
+        "steady view table",
+        ROOT / "docs/performance.md",
+        lambda: performance_tables.render_steady(_data("steady-x86_64.json")),
+    ),
+    Part(
         "kernels table",
         ROOT / "docs/arm.md",
         lambda: kernels.table(_data("kernels-a76.json")),
