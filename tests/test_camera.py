@@ -18,7 +18,7 @@ from edge.camera import open_source
 from edge.camera.base import CLOSE_GRACE
 from edge.camera.fake import FakeCamera, Step, parse_script
 from edge.camera.opencv import OpenCVSource
-from edge.camera.picamera2 import Picamera2Source
+from edge.camera.picamera2 import Picamera2Source, sensor
 from edge.camera.replay import ReplaySource
 from edge.errors import CameraError, CameraTimeout, CameraWedged, UsageError
 from scripts.support import ROOT
@@ -362,6 +362,10 @@ def test_picamera2_frames_carry_the_modules_field_of_view(
     assert whole is not None and whole.degrees == 66.0 and "imx708" in whole.source
     assert cropped is not None and cropped.degrees == pytest.approx(51.94, abs=0.01)
     assert "3456 of 4608" in cropped.source
+    # camera_properties as other libcamera versions may give them: the width falls back
+    # to PixelArraySize, or to none (not narrowed), never an error that stops the camera.
+    assert sensor({"Model": "imx219", "PixelArraySize": (3280, 2464)}) == ("imx219", 3280)
+    assert sensor({"PixelArrayActiveAreas": [object()]}) == ("unknown", 0)
 
 
 def test_picamera2_controls_applied_and_read_back(fake_picamera2: type[_FakePicamera2]) -> None:

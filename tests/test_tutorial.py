@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import plyfile
+
 from scripts.support import ROOT
 from scripts.support.tools import UV_CACHE
 
@@ -62,10 +64,14 @@ def test_the_tutorial_runs_as_written(export_env: Path, tmp_path: Path) -> None:
         "picture.depth.png",
         "picture.json",
         "picture.npz",
+        "picture.ply",
         "picture.preview.png",
     ]
     record = json.loads((home / "out" / "picture.json").read_text())
     assert record["random_init"] is True and record["source_size"] == [768, 1024]
+    assert record["field_of_view"] == {"horizontal_degrees": 60.0, "source": "--hfov"}
+    cloud = plyfile.PlyData.read(str(home / "out" / "picture.ply"))
+    assert cloud["vertex"].count == record["point_cloud"]["points"] > 0
     assert "random-init weights" in output("uv run --no-dev da3-edge snap").stderr
     latest = output("ls ~/da3-tutorial/store/latest/").stdout.split()
     assert "frame.json" in latest and "frame.npz" in latest, latest

@@ -883,6 +883,11 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], vm_models:
     assert len(frames) >= DAEMON_FRAMES
     summary = json.loads((frames[-1] / "frame.json").read_text())
     assert "random-init" in summary["warning"]  # flagged: never passed off as DA3's depth
+    # The field of view from picamera2's camera_properties and ScalerCrop: libcamera's
+    # virtual camera is no Raspberry Pi module, so none, and the frame says why.
+    fov = summary["field_of_view"]
+    print("field of view:", fov)
+    assert fov["horizontal_degrees"] is None and "set camera.hfov" in fov["source"], fov
     depth = np.load(frames[-1] / "frame.npz")["depth"]
     # The daemon's pipeline took the small stream's picture: the host takes the same
     # (the "small" part's), for the camera's picture size, its outputs at the core's

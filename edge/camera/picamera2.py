@@ -295,14 +295,16 @@ def check_index(index: int, cameras: list[dict[str, Any]]) -> None:
 
 
 def sensor(properties: dict[str, Any]) -> tuple[str, int]:
-    """The sensor's name (``Model``) and its active width in pixels (0: not reported),
+    """The sensor's name (``Model``) and its active width in pixels (0: not reported, or
+    in a shape not known here: the field of view is then not narrowed by the crop),
     from picamera2's ``camera_properties``."""
-    areas = properties.get("PixelArrayActiveAreas") or []
-    width = areas[0][2] if areas and len(areas[0]) == 4 else 0
-    if not width:
-        size = properties.get("PixelArraySize") or (0, 0)
-        width = size[0]
-    return str(properties.get("Model", "unknown")), int(width)
+    try:
+        areas = properties.get("PixelArrayActiveAreas") or [()]
+        width = int(areas[0][2]) if len(areas[0]) == 4 else 0
+        width = width or int((properties.get("PixelArraySize") or (0,))[0])
+    except (TypeError, ValueError, IndexError):
+        width = 0
+    return str(properties.get("Model", "unknown")), width
 
 
 def field_of_view(sensor: tuple[str, int], crop: Any) -> FieldOfView:
