@@ -2,8 +2,8 @@
 
 It reads files only (the frames and ``status.json``), so the daemon needs no
 network and a crash of either never harms the other. Loopback by default; another
-address needs credentials (``edge.serve.auth``). Light: no numpy, no LiteRT (Pillow
-only once a JPEG is asked for).
+address needs credentials (``edge.serve.auth``). Light: no LiteRT; Pillow only once
+a JPEG is asked for, numpy only once a point cloud is (``edge.serve.cloud``).
 """
 
 from __future__ import annotations
