@@ -19,7 +19,7 @@ from edge.camera import CameraError, Frame, Source, Streams, open_source
 from edge.camera.base import CLOSE_GRACE
 from edge.config import CameraConfig
 from edge.errors import CameraWedged
-from edge.fov import FieldOfView
+from edge.fov import configured
 
 log = logging.getLogger("edge.daemon")
 
@@ -194,6 +194,7 @@ class Capture:
         """Read until stop (None), reload ("reload"), an error or a stall (a reason);
         also return how many new frames came since the open."""
         cfg, counters = self._config, self.counters
+        given = configured(cfg.hfov, "config camera.hfov")  # stamped over the source's
         last_ts: float | None = None
         last_new = time.monotonic()
         delivered = 0
@@ -213,8 +214,8 @@ class Capture:
                 if time.monotonic() - last_new > cfg.stall_after:
                     return f"stalled: no new frame for {cfg.stall_after:g} s", delivered
                 continue
-            if cfg.hfov:
-                frame = replace(frame, fov=FieldOfView(cfg.hfov, "config camera.hfov"))
+            if given is not None:
+                frame = replace(frame, fov=given)
             last_ts = ts
             last_new = time.monotonic()
             delivered += 1

@@ -171,6 +171,14 @@ async def latest_json(request: Request) -> Response:
     return JSONResponse(newest.record, headers=_headers(newest))
 
 
+def _downloads_full(served: Served) -> Response | None:
+    """The 503 when serve.downloads are all taken, else None."""
+    if not served.sending.locked():
+        return None
+    downloads = served.config.downloads
+    return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
+
+
 async def latest_file(request: Request) -> Response:
     served = _served(request)
     fmt, media = FILES[request.url.path]
@@ -178,9 +186,8 @@ async def latest_file(request: Request) -> Response:
         newest = frame_or_answer(request)
         if isinstance(newest, Response):
             return newest
-        if served.sending.locked():
-            downloads = served.config.downloads
-            return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
+        if (full := _downloads_full(served)) is not None:
+            return full
         try:
             fd = open_in(served.root, *frame_names(newest.seq, fmt))
         except FileNotFoundError:
@@ -204,9 +211,8 @@ async def latest_ply(request: Request) -> Response:
         newest = frame_or_answer(request)
         if isinstance(newest, Response):
             return newest
-        if served.sending.locked():
-            downloads = served.config.downloads
-            return _unavailable(f"too many downloads at once (serve.downloads = {downloads})")
+        if (full := _downloads_full(served)) is not None:
+            return full
         try:
             async with served.sending:
                 data = await served.clouds.ply(newest)
