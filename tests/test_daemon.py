@@ -333,8 +333,9 @@ def test_sighup_reloads_and_keeps_the_old_config_when_bad(
     store = tmp_path / "store"
     cfg = write_config(tmp_path / "c.toml", "fake", store, fake_models)
     with DaemonProcess(tmp_path, ["--config", str(cfg)], command=FAKE_CORES) as d:
-        d.wait_for(lambda: frame_dirs(store), what="a frame")
-        first = _meta(store / "latest")["field_of_view"]
+        # a frame directory is renamed into place before `latest` points at it
+        first = d.wait_for(lambda: _meta(store / "latest").get("field_of_view"), what="a frame")
+        assert isinstance(first, dict)
         assert first["horizontal_degrees"] is None and "camera.hfov" in first["source"]
         write_config(cfg, "fake", store, fake_models, store={"keep_frames": 2},
                      camera={"hfov": 70.0})  # fmt: skip
