@@ -305,6 +305,16 @@ class Manifest:
         return path
 
 
+def check_same_weights(manifest: Manifest, provenance: str) -> None:
+    """A model folder holds one set of weights: refuse another's (``provenance``)."""
+    others = {a.weights for a in manifest.cores()} - {provenance}
+    if others:
+        raise ManifestError(
+            f"{manifest.directory} already holds models from other weights "
+            f"({', '.join(sorted(others))}); write into another --out directory"
+        )
+
+
 def file_identity(st: os.stat_result) -> list[int]:
     """A file's identity as a stamp: size, mtime, ctime, inode, device. Any write, chmod
     or rename over the file changes its ctime; a copy elsewhere changes inode or device.

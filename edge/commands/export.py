@@ -158,7 +158,7 @@ def _export(
 
     require_export_env()
     from edge.export import convert, weights
-    from edge.models import Manifest, sha256_file
+    from edge.models import Manifest, check_same_weights, sha256_file
 
     file = None
     if ns.random_init is None:
@@ -168,7 +168,7 @@ def _export(
     digest = sha256_file(file) if file is not None else None
     if not ns.weights_only:  # a folder of other weights: refused before any work
         provenance = f"sha256:{digest}" if digest else f"random-init:{ns.random_init}"
-        convert.check_same_weights(Manifest.load_or_new(out), provenance)
+        check_same_weights(Manifest.load_or_new(out), provenance)
     if file is None:
         console.say(f"weights: random-init:{ns.random_init} (NOT a real model)")
         filled = weights.random_init(ns.random_init)

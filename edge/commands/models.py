@@ -6,10 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from edge.commands import options
-from edge.errors import EdgeError, report
+from edge.errors import EdgeError, UsageError, report
 from edge.models import Artifact, Manifest, resolve_models_dir
+
+BUILD_SIZES = (504, 448, 392, 336, 280, 224)  # the sizes whose graphs ship (edge/data/cores)
+BUILD_PRECISIONS = ("fp16", "fp32")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,7 +22,8 @@ def parser() -> argparse.ArgumentParser:
         description="List the models in a model directory; with --verify, check each "
         "file's size and SHA-256 and load each core model with LiteRT. `pack` and `pull` "
         "carry a model directory from the machine that exported it to others (a .tar.gz "
-        "and its SHA-256).",
+        "and its SHA-256); `build` makes a model directory from DA3's release file, "
+        "with no torch.",
     )
     options.add_models(p)
     p.add_argument("--verify", action="store_true", help="check hashes and load each model")
@@ -49,7 +54,69 @@ def parser() -> argparse.ArgumentParser:
     pull.add_argument(
         "--out", metavar="DIR", help=f"the model directory to replace ({options.MODELS_DEFAULT})"
     )
+    _build_parser(sub)
     return p
+
+
+def _build_parser(sub: Any) -> None:
+    build = sub.add_parser(
+        "build",
+        help="make the models from DA3's release file with numpy alone (no torch, no "
+        "network): on the Pi itself, or any computer",
+        description="Build LiteRT cores from the official release (config.json + "
+        "model.safetensors): each the file `da3-edge export` converts from the same "
+        "weights, byte for byte, made by filling the graph this da3-edge ships for the "
+        "shape with the release's tensors. fp16 and fp32 at sizes "
+        f"{', '.join(map(str, BUILD_SIZES))} in the four aspects; int8 and other shapes "
+        "come from `da3-edge export` (the export environment). The release is checked "
+        "whole before anything is written; a core is written under a temporary name and "
+        "renamed, so a failure leaves no partial file.",
+    )
+    build.add_argument(
+        "--weights", required=True, metavar="PATH",
+        help="the release folder (config.json + model.safetensors) or the .safetensors file",
+    )  # fmt: skip
+    build.add_argument(
+        "--size", action="append", type=options.size, metavar="N",
+        help="the four shapes (4:3, 3:4, 16:9, 9:16) whose long side is N; repeatable; "
+        "the default (with no --shape) is 504",
+    )  # fmt: skip
+    build.add_argument(
+        "--shape", action="append", metavar="HxW",
+        help="one input shape (one that has a graph in this da3-edge); repeatable",
+    )  # fmt: skip
+    build.add_argument(
+        "--precision", default="fp16",
+        help="comma-separated subset of fp16,fp32 (default: fp16; int8: `da3-edge export`)",
+    )  # fmt: skip
+    build.add_argument(
+        "--out", metavar="DIR", help=f"the model directory to write ({options.MODELS_DEFAULT})"
+    )
+    build.add_argument(
+        "--no-stages", action="store_true", help="skip the ExecuTorch stage programs (.pte)"
+    )
+
+
+def build_main(ns: argparse.Namespace) -> int:
+    from edge import corebuild
+    from edge.commands.export import parse_shapes
+
+    try:
+        shapes = parse_shapes(ns.shape, ns.size)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    precisions = options.split_list(ns.precision, BUILD_PRECISIONS, "precision")
+    out = resolve_models_dir(ns.out)
+    made = corebuild.build_models(
+        Path(ns.weights), out, shapes, precisions, with_stages=not ns.no_stages,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    random = any(a.random_init for a in made)
+    print(
+        f"wrote {len(made)} artifacts to {out}"
+        + (" (random-init: not a real model)" if random else "")
+    )
+    return 0
 
 
 def pack_main(ns: argparse.Namespace) -> int:
@@ -101,6 +168,8 @@ def main(args: Sequence[str] | None = None) -> int:
         return pack_main(ns)
     if ns.action == "pull":
         return pull_main(ns)
+    if ns.action == "build":
+        return build_main(ns)
     directory = resolve_models_dir(ns.models)
     manifest = Manifest.load(directory)
     print(f"{directory} ({manifest.model})")

@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 from edge import atomic
+from edge.corebuild import artifact_name, stage_name
 from edge.errors import EdgeError
 from edge.export.mono import MonoDepth
 from edge.export.weights import MODEL_NAME, Weights
-from edge.models import Artifact, Manifest, sha256_file
+from edge.models import Artifact, Manifest, check_same_weights, sha256_file
 from edge.parity import TOLERANCES, compare
 
 Progress = Callable[[str], None]
@@ -40,10 +41,6 @@ Progress = Callable[[str], None]
 class ExportResult:
     artifacts: list[Artifact]
     seconds: float
-
-
-def artifact_name(shape: tuple[int, int], precision: str) -> str:
-    return f"{MODEL_NAME}_{shape[0]}x{shape[1]}_{precision}.tflite"
 
 
 def _versions() -> dict[str, str]:
@@ -230,10 +227,6 @@ def _core_provenance(
 STAGE_TOLERANCE = 1e-3  # a .pte against its reference (stages.check; normalised units / depth)
 
 
-def stage_name(kind: str, shape: tuple[int, int]) -> str:
-    return f"{MODEL_NAME}_{kind}_{shape[0]}x{shape[1]}.pte"
-
-
 def _export_stages(
     shape: tuple[int, int],
     out: Path,
@@ -294,13 +287,3 @@ def _export_stages(
             f"max |d| {worst:.1e} ({seconds:.1f} s)"
         )
     return made
-
-
-def check_same_weights(manifest: Manifest, provenance: str) -> None:
-    """A model folder holds one set of weights: refuse another's (``provenance``)."""
-    others = {a.weights for a in manifest.cores()} - {provenance}
-    if others:
-        raise EdgeError(
-            f"{manifest.directory} already holds models from other weights "
-            f"({', '.join(sorted(others))}); export into another --out directory"
-        )

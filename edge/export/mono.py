@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from edge.release import fold_norm, resample_pos_embed
+
 PATCH = 14
 
 
@@ -78,6 +80,11 @@ def _separable_uv_embedding(
     return cols, rows
 
 
+def _plain_norm(norm: nn.Module, x: Tensor) -> Tensor:
+    """A LayerNorm without its scale and shift."""
+    return F.layer_norm(x, norm.normalized_shape, None, None, norm.eps)
+
+
 class MonoDepth(nn.Module):
     """Depth and confidence of one image at a fixed (height, width).
 
@@ -107,12 +114,15 @@ class MonoDepth(nn.Module):
         head_dim = dim // vit.num_heads
 
         with torch.no_grad():
-            # Position embedding: the official bicubic interpolation, done once.
-            # prepare_tokens_with_masks unpacks (B, S, C, H, W) as "w, h", so the call
-            # below passes (height, width) in the same order it does.
-            dummy = torch.zeros(1, n_tokens, dim)
-            pos_embed = vit.interpolate_pos_encoding(dummy, height, width)
-            self.register_buffer("pos_embed", pos_embed.detach().clone(), persistent=False)
+            # Position embedding: the official bicubic interpolation, done once, by the
+            # numpy function `da3-edge models build` runs too (float64, rounded once:
+            # within 2e-7 of torch's float32 one, and the same bytes in both builds).
+            pos_embed = resample_pos_embed(vit.pos_embed.detach().numpy(), height, width)
+            if pos_embed.shape[1] != n_tokens:
+                raise AssertionError(
+                    "position embedding rows != tokens; the wrapper needs updating"
+                )
+            self.register_buffer("pos_embed", torch.from_numpy(pos_embed), persistent=False)
 
             # RoPE positions as _prepare_rope builds them for B = S = 1: patches at
             # (y + 1, x + 1) for local blocks, all at (1, 1) for global ones; the
@@ -128,6 +138,24 @@ class MonoDepth(nn.Module):
                     for tname, t in zip(("cy", "sy", "cx", "sx"), tables, strict=True):
                         self.register_buffer(f"rope_{name}_{tname}", t.clone(), persistent=False)
 
+            # Each block's norm1 and norm2 scale and shift folded into the qkv and fc1
+            # linears after them, by the numpy function `models build` runs (the
+            # converter folds them otherwise, with sums in an order of its own).
+            for i in range(self.n_run):
+                blk = vit.blocks[i]
+                for norm, linear, tag in (
+                    (blk.norm1, blk.attn.qkv, "qkv"),
+                    (blk.norm2, blk.mlp.fc1, "fc1"),
+                ):
+                    w, b = fold_norm(
+                        *(
+                            p.detach().numpy()
+                            for p in (linear.weight, linear.bias, norm.weight, norm.bias)
+                        )
+                    )
+                    self.register_buffer(f"fold{i}_{tag}_w", torch.from_numpy(w), persistent=False)
+                    self.register_buffer(f"fold{i}_{tag}_b", torch.from_numpy(b), persistent=False)
+
             # Head UV embeddings, one pair per stage resolution and one at full size.
             head = self.head
             for stage, project in enumerate(head.projects):
@@ -141,11 +169,12 @@ class MonoDepth(nn.Module):
             self.register_buffer("pe_out_rows", rows, persistent=False)
 
     # -- backbone ---------------------------------------------------------------
-    def _attention(self, attn: nn.Module, x: Tensor, rope: tuple[Tensor, ...] | None) -> Tensor:
+    def _attention(
+        self, attn: nn.Module, x: Tensor, rope: tuple[Tensor, ...] | None, i: int
+    ) -> Tensor:
         B, N, C = x.shape
-        qkv = (
-            attn.qkv(x).reshape(B, N, 3, attn.num_heads, C // attn.num_heads).permute(2, 0, 3, 1, 4)
-        )
+        qkv = F.linear(x, getattr(self, f"fold{i}_qkv_w"), getattr(self, f"fold{i}_qkv_b"))
+        qkv = qkv.reshape(B, N, 3, attn.num_heads, C // attn.num_heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
         q, k = attn.q_norm(q), attn.k_norm(k)
         if rope is not None:
@@ -155,11 +184,15 @@ class MonoDepth(nn.Module):
         x = x.transpose(1, 2).reshape(B, N, C)
         return attn.proj(x)
 
-    def _block(self, blk: nn.Module, x: Tensor, rope: tuple[Tensor, ...] | None) -> Tensor:
+    def _block(self, i: int, x: Tensor, rope: tuple[Tensor, ...] | None) -> Tensor:
+        """Block ``i``; its norms' scale and shift are in the folded linears."""
+        blk = self.vit.blocks[i]
         if blk.attn.rope is None:
             rope = None
-        x = x + blk.ls1(self._attention(blk.attn, blk.norm1(x), rope))
-        return x + blk.ls2(blk.mlp(blk.norm2(x)))
+        x = x + blk.ls1(self._attention(blk.attn, _plain_norm(blk.norm1, x), rope, i))
+        h = F.linear(_plain_norm(blk.norm2, x), getattr(self, f"fold{i}_fc1_w"),
+                     getattr(self, f"fold{i}_fc1_b"))  # fmt: skip
+        return x + blk.ls2(blk.mlp.fc2(blk.mlp.act(h)))
 
     def _rope(self, kind: str) -> tuple[Tensor, ...] | None:
         if self.vit.rope is None:
@@ -175,7 +208,6 @@ class MonoDepth(nn.Module):
         outputs = []
         local_x = x
         for i in range(self.n_run):
-            blk = vit.blocks[i]
             if self.alt_start != -1 and i == self.alt_start:
                 # Official code writes x[:, :, 0] = camera_token[:, :1] (the reference
                 # view token; one view here) in place; concatenation exports cleanly.
@@ -183,9 +215,9 @@ class MonoDepth(nn.Module):
             is_global = self.alt_start != -1 and i >= self.alt_start and i % 2 == 1
             use_rope = i >= self.rope_start
             if is_global:
-                x = self._block(blk, x, self._rope("global") if use_rope else None)
+                x = self._block(i, x, self._rope("global") if use_rope else None)
             else:
-                x = self._block(blk, x, self._rope("local") if use_rope else None)
+                x = self._block(i, x, self._rope("local") if use_rope else None)
                 local_x = x
             if i in self.out_layers:
                 outputs.append(torch.cat((local_x, x), dim=-1) if self.cat_token else x)

@@ -25,14 +25,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edge.errors import ModelNotFound, WeightsError, first_line
+from edge.errors import WeightsError, first_line
 from edge.models import sha256_file
+from edge.release import HUB_REPO, MODEL_NAME, WEIGHTS_FILE, Release, resolve_weights_file
 from edge.stages import MEAN, STD
 
-MODEL_NAME = "da3-small"
-HUB_REPO = "depth-anything/da3-small"
-PREFIX = "model."
-WEIGHTS_FILE = "model.safetensors"
+__all__ = ["MODEL_NAME", "resolve_weights_file"]
 
 
 @dataclass(frozen=True)
@@ -51,24 +49,6 @@ def build_network() -> nn.Module:
     from depth_anything_3.registry import MODEL_REGISTRY
 
     return create_object(load_config(MODEL_REGISTRY[MODEL_NAME])).eval()
-
-
-def resolve_weights_file(path: Path) -> Path:
-    """The ``model.safetensors`` for a file or release-folder argument."""
-    path = Path(path)
-    if path.is_dir():
-        config = path / "config.json"
-        if config.is_file():
-            try:
-                name = json.loads(config.read_text()).get("model_name")
-            except (OSError, ValueError) as exc:
-                raise WeightsError(f"{config}: unreadable release config ({exc})") from exc
-            if name not in (None, MODEL_NAME):
-                raise WeightsError(f"{config}: model_name is {name!r}, expected {MODEL_NAME!r}")
-        path = path / WEIGHTS_FILE
-    if not path.is_file():
-        raise ModelNotFound(f"no weights at {path} (expected a {WEIGHTS_FILE} or its folder)")
-    return path
 
 
 def download_weights(cache_dir: Path | None = None) -> Path:
@@ -170,24 +150,10 @@ def _drop_stored_aliases(file: Path, module: nn.Module, unexpected: list[str]) -
 
 
 def random_seed_of(file: Path) -> str | None:
-    """The seed recorded by ``save_official_layout`` in a random-weights file, if any.
-
-    Random weights handed over as a file stay flagged: the seed is in the safetensors
-    metadata (and in config.json beside it).
-    """
-    from safetensors import safe_open
-
-    with safe_open(str(file), framework="pt") as fh:
-        metadata = fh.metadata() or {}
-    seed = metadata.get("random_init_seed")
-    config = Path(file).parent / "config.json"
-    if seed is None and config.is_file():
-        try:
-            value = json.loads(config.read_text()).get("random_init_seed")
-        except (OSError, ValueError):
-            value = None
-        seed = None if value is None else str(value)
-    return seed
+    """The seed recorded by ``save_official_layout`` in a random-weights file, if any:
+    random weights handed over as a file stay flagged."""
+    with Release(file) as release:
+        return release.random_seed()
 
 
 # -- seeded random weights ---------------------------------------------------------
@@ -223,23 +189,31 @@ def random_state(seed: int, calibration_size: tuple[int, int] = (140, 182)) -> n
     def trunc_normal(t: torch.Tensor, std: float) -> None:
         t.copy_(torch.randn(t.shape, generator=generator).clamp_(-2, 2) * std)
 
+    # No two tensors alike (small noise on biases, norms and layer scales), as in a
+    # trained release: the LiteRT converter stores equal constants once, so weights
+    # with repeated tensors convert to another graph than real ones do, and the
+    # graph `models build` fills would not be the one the export writes.
+    def around(t: torch.Tensor, centre: float, std: float) -> None:
+        trunc_normal(t, std)
+        t.add_(centre)
+
     with torch.no_grad():
         for module in net.modules():
             if isinstance(module, nn.Linear):
                 trunc_normal(module.weight, 0.02)
                 if module.bias is not None:
-                    module.bias.zero_()
+                    around(module.bias, 0.0, 0.002)
             elif isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
                 fan_in = module.weight[0].numel()
                 trunc_normal(module.weight, (2.0 / fan_in) ** 0.5)
                 if module.bias is not None:
-                    module.bias.zero_()
+                    around(module.bias, 0.0, 0.002)
             elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
-                module.weight.fill_(1.0)
-                module.bias.zero_()
+                around(module.weight, 1.0, 0.01)
+                around(module.bias, 0.0, 0.002)
         for name, param in net.named_parameters():
             if name.endswith(("ls1.gamma", "ls2.gamma")):
-                param.fill_(0.1)
+                around(param, 0.1, 0.005)
             elif name.endswith("pos_embed") or name.endswith(("cls_token", "camera_token")):
                 trunc_normal(param, 0.02)
 

@@ -1,0 +1,234 @@
+"""DA3-small's release files read with numpy alone: no torch, no safetensors package.
+
+A release is the folder ``PyTorchModelHubMixin`` writes: ``config.json``
+(``{"model_name": "da3-small"}``) and ``model.safetensors``, the network's state dict
+under the prefix ``model.``. The safetensors format is an 8-byte little-endian header
+length, a JSON header naming each tensor's dtype, shape and byte span, then the raw
+little-endian data; reading it here lets every fault be one line naming the file and
+the tensor (a truncated file, a corrupt header, a span outside the file, a missing
+tensor, a wrong shape or dtype, NaN or inf in a weight), and lets ``models build`` read
+one tensor at a time: a 1 GB Pi never holds the 137 MB release in memory.
+
+Two computations on weights reach the core's graph: DINOv2's bicubic interpolation of the
+position embedding to the patch grid (``resample_pos_embed``), and each block's LayerNorm
+scale and shift folded into the linear layer after it (``fold_norm``; LiteRT's converter
+folds them too, summing in an order of its own). Both are computed here exactly or in
+float64, rounded once, so they give the same bytes on every machine; the torch export
+calls these same functions (``edge.export.mono``), so the export and ``models build``
+write the same bytes. tests/test_release.py checks them against the reference package.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from edge.errors import ModelNotFound, WeightsError
+
+MODEL_NAME = "da3-small"
+HUB_REPO = "depth-anything/da3-small"
+PREFIX = "model."
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+MAX_HEADER = 16 << 20  # bytes: the real release's header is ~50 kB
+DTYPES: dict[str, np.dtype[Any]] = {
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "F64": np.dtype("<f8"),
+}
+
+
+def resolve_weights_file(path: str | os.PathLike[str]) -> Path:
+    """The ``model.safetensors`` for a file or release-folder argument; a folder whose
+    ``config.json`` names another model is refused."""
+    path = Path(path)
+    if path.is_dir():
+        config = path / CONFIG_FILE
+        if config.is_file():
+            try:
+                name = json.loads(config.read_text(encoding="utf-8")).get("model_name")
+            except (OSError, ValueError, AttributeError) as exc:
+                raise WeightsError(f"{config}: unreadable release config ({exc})") from None
+            if name not in (None, MODEL_NAME):
+                raise WeightsError(f"{config}: model_name is {name!r}, expected {MODEL_NAME!r}")
+        path = path / WEIGHTS_FILE
+    if not path.is_file():
+        raise ModelNotFound(f"no weights at {path} (expected a {WEIGHTS_FILE} or its folder)")
+    return path
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: str  # the safetensors name: F32, F16, ...
+    shape: tuple[int, ...]
+    start: int  # absolute offsets in the file
+    end: int
+
+
+class Release:
+    """A safetensors file opened for reading tensor by tensor (a context manager)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = resolve_weights_file(path)
+        self._fh: BinaryIO = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        try:
+            self.tensors, self.metadata = self._header()
+        except BaseException:
+            self._fh.close()
+            raise
+
+    def _header(self) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+        size = os.fstat(self._fh.fileno()).st_size
+        head = self._fh.read(8)
+        if len(head) < 8:
+            raise WeightsError(f"{self.path}: truncated ({size} bytes): not a safetensors file")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(MAX_HEADER, size - 8):
+            raise WeightsError(
+                f"{self.path}: header of {length} bytes in a file of {size}: "
+                "truncated or not a safetensors file"
+            )
+        try:
+            header = json.loads(self._fh.read(length).decode("utf-8"))
+            if not isinstance(header, dict):
+                raise ValueError("not a JSON object")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise WeightsError(f"{self.path}: corrupt safetensors header ({exc})") from None
+        base = 8 + length
+        metadata = header.pop("__metadata__", None) or {}
+        tensors = {}
+        for name, info in header.items():
+            tensors[name] = _tensor_info(self.path, name, info, base, size)
+        return tensors, {str(k): str(v) for k, v in dict(metadata).items()}
+
+    def get(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """Tensor ``name`` as float32, checked: present, of ``shape`` when given, a float
+        dtype, every value finite."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise WeightsError(f"{self.path}: no tensor {name} (not a {MODEL_NAME} release)")
+        if shape is not None and info.shape != tuple(shape):
+            raise WeightsError(
+                f"{self.path}: {name} has shape {list(info.shape)}, {MODEL_NAME} has {list(shape)}"
+            )
+        dtype = DTYPES.get(info.dtype)
+        if dtype is None:
+            raise WeightsError(f"{self.path}: {name} is {info.dtype}; expected F32 or F16")
+        self._fh.seek(info.start)
+        raw = self._fh.read(info.end - info.start)
+        if len(raw) != info.end - info.start:
+            raise WeightsError(f"{self.path}: truncated inside {name}")
+        array = np.frombuffer(raw, dtype=dtype).reshape(info.shape).astype(np.float32)
+        if not np.isfinite(array).all():
+            bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+            raise WeightsError(f"{self.path}: {name} holds {bad} NaN or infinite values")
+        return array
+
+    def random_seed(self) -> str | None:
+        """The seed a random-weights release records (here or in its config.json)."""
+        seed = self.metadata.get("random_init_seed")
+        config = self.path.parent / CONFIG_FILE
+        if seed is None and config.is_file():
+            try:
+                value = json.loads(config.read_text(encoding="utf-8")).get("random_init_seed")
+            except (OSError, ValueError, AttributeError):
+                value = None
+            seed = None if value is None else str(value)
+        return seed
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> Release:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _tensor_info(path: Path, name: str, info: Any, base: int, size: int) -> TensorInfo:
+    try:
+        dtype = str(info["dtype"])
+        shape = tuple(int(n) for n in info["shape"])
+        start, end = (int(n) for n in info["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise WeightsError(f"{path}: corrupt safetensors header entry for {name}") from None
+    itemsize = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}.get(dtype, 1)
+    if not 0 <= start <= end or end - start != math.prod(shape) * itemsize:
+        raise WeightsError(f"{path}: {name}'s byte span does not fit its shape {list(shape)}")
+    if base + end > size:
+        raise WeightsError(
+            f"{path}: truncated: {name} ends at byte {base + end}, the file has {size}"
+        )
+    return TensorInfo(dtype, shape, base + start, base + end)
+
+
+# -- the position embedding --------------------------------------------------------
+
+CUBIC_A = -0.75  # torch's bicubic (Keys) coefficient
+INTERPOLATE_OFFSET = 0.1  # DINOv2's interpolate_offset
+
+
+def _cubic_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source rows and weights of torch's bicubic (align_corners=False, no antialias)
+    when DINOv2 asks for a scale factor of (n_out + 0.1) / n_in: (n_out, 4) each."""
+    scale = 1.0 / ((n_out + INTERPOLATE_OFFSET) / n_in)
+    real = scale * (np.arange(n_out, dtype=np.float64) + 0.5) - 0.5
+    base = np.floor(real)
+    t = real - base
+    a = CUBIC_A
+
+    def near(x: np.ndarray) -> np.ndarray:  # |x| <= 1
+        return np.asarray(((a + 2) * x - (a + 3)) * x * x + 1)
+
+    def far(x: np.ndarray) -> np.ndarray:  # 1 < |x| < 2
+        return np.asarray(((a * x - 5 * a) * x + 8 * a) * x - 4 * a)
+
+    weights = np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=1)
+    rows = np.clip(base[:, None].astype(np.int64) + np.arange(-1, 3), 0, n_in - 1)
+    return rows, weights
+
+
+def resample_pos_embed(
+    pos_embed: np.ndarray, height: int, width: int, patch: int = 14
+) -> np.ndarray:
+    """DINOv2's ``interpolate_pos_encoding`` for a (height, width) input: the class row,
+    then the square grid of patch embeddings resized bicubically to (height // patch,
+    width // patch). ``pos_embed`` is (1, 1 + M*M, C); the result (1, 1 + h*w, C),
+    float32, computed in float64 with the taps in a fixed order (the same bytes on
+    every machine)."""
+    n_grid = pos_embed.shape[1] - 1
+    side = math.isqrt(n_grid)
+    if side * side != n_grid:
+        raise WeightsError(f"pos_embed has {n_grid} patch rows, not a square grid")
+    if n_grid == (height // patch) * (width // patch) and height == width:
+        return pos_embed.astype(np.float32)  # DINOv2 returns its own at its own size
+    grid = pos_embed[0, 1:].astype(np.float64).reshape(side, side, -1)
+    rows, wy = _cubic_taps(side, height // patch)
+    cols, wx = _cubic_taps(side, width // patch)
+    along_x = sum(grid[:, cols[:, k]] * wx[None, :, k, None] for k in range(4))
+    out = sum(along_x[rows[:, k]] * wy[:, k, None, None] for k in range(4))
+    patches = np.asarray(out).reshape(1, -1, grid.shape[-1])
+    return np.concatenate([pos_embed[:, :1].astype(np.float64), patches], axis=1).astype(np.float32)
+
+
+def fold_norm(
+    weight: np.ndarray, bias: np.ndarray, gamma: np.ndarray, beta: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``linear(layer_norm(x) * gamma + beta)`` as one linear on the plain normalised x:
+    weight * gamma, and bias + weight @ beta summed exactly (``math.fsum`` of float64
+    products, which are exact for float32 factors) and rounded once: float32 results
+    that do not depend on the machine's BLAS."""
+    folded = (weight * gamma[None, :]).astype(np.float32)
+    products = weight.astype(np.float64) * beta.astype(np.float64)[None, :]
+    sums = [
+        math.fsum([float(b), *row]) for b, row in zip(bias.tolist(), products.tolist(), strict=True)
+    ]
+    return folded, np.asarray(sums, dtype=np.float64).astype(np.float32)
