@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import lzma
 import os
 import struct
 import time
@@ -34,7 +33,14 @@ import numpy as np
 
 from edge import atomic
 from edge.errors import EdgeError, ModelNotFound, OutputError, WeightsError
-from edge.models import STAGE_KINDS, Artifact, Manifest, check_same_weights, sha256_file
+from edge.models import (
+    STAGE_KINDS,
+    Artifact,
+    Manifest,
+    check_same_weights,
+    sha256_file,
+    size_shapes,
+)
 from edge.release import MODEL_NAME, PREFIX, Release, fold_norm, resample_pos_embed
 from edge.version import version
 
@@ -81,7 +87,7 @@ class Template:
 
     @classmethod
     def read(cls, path: Path) -> Template:
-        with lzma.open(path, "rb") as fh:
+        with _open(path) as fh:
             header = _read_header(fh, path)
         return cls(
             path=path,
@@ -92,6 +98,19 @@ class Template:
             regions=[(int(o), int(n), dict(r)) for o, n, r in header["regions"]],
             made_with=dict(header.get("made_with", {})),
         )
+
+
+def _open(path: Path) -> IO[bytes]:
+    """A template's bytes (xz). Python's lzma is optional when Python is built from source
+    (pyenv without liblzma's headers): say so rather than fail on an import."""
+    try:
+        import lzma
+    except ImportError:
+        raise EdgeError(
+            "this Python has no lzma module (built without liblzma): `models build` reads "
+            "xz files; use a Python built with it (Debian's, python.org's, uv's)"
+        ) from None
+    return lzma.open(path, "rb")
 
 
 def _read_header(fh: IO[bytes], path: Path) -> dict[str, Any]:
@@ -123,16 +142,23 @@ def available(folder: Path | None = None) -> dict[tuple[tuple[int, int], str], P
 
 
 def find(shape: tuple[int, int], precision: str, folder: Path | None = None) -> Template:
-    have = available(folder)
-    path = have.get((shape, precision))
-    if path is None:
-        shapes = sorted({f"{s[0]}x{s[1]}" for s, p in have if p == precision})
+    path = (folder or templates_dir()) / template_name(shape, precision)
+    if not path.is_file():
+        offered = describe({s for s, p in available(folder) if p == precision})
         raise ModelNotFound(
             f"no {precision} graph for {shape[0]}x{shape[1]} in this da3-edge "
-            f"(it builds {precision} at {', '.join(shapes) or 'no shape'}); "
+            f"(it builds {precision} at {offered or 'no shape'}); "
             "other shapes come from `da3-edge export` (the export environment)"
         )
     return Template.read(path)
+
+
+def describe(shapes: set[tuple[int, int]]) -> str:
+    """Shapes in few words: the sizes whose four aspects are all there, then the rest."""
+    sizes = sorted({max(s) for s in shapes if set(size_shapes(max(s))) <= shapes})
+    rest = sorted(s for s in shapes if max(s) not in sizes)
+    words = [f"sizes {', '.join(map(str, sizes))} in the four aspects"] if sizes else []
+    return ", ".join(words + [f"{h}x{w}" for h, w in rest])
 
 
 # -- recipes -----------------------------------------------------------------------
@@ -188,7 +214,7 @@ def region_bytes(recipe: Recipe, release: Release, template: Template) -> bytes:
 
 def fill(template: Template, release: Release, out: Writer) -> None:
     """Write the core: the skeleton's bytes with each span filled from ``release``."""
-    with lzma.open(template.path, "rb") as skeleton:
+    with _open(template.path) as skeleton:
         _read_header(skeleton, template.path)
         pos = 0
         for offset, size, recipe in template.regions:
@@ -266,7 +292,7 @@ def check_release(release: Release, templates: list[Template], say: Progress) ->
         wanted.update(template.tensors)
     for name, shape in sorted(wanted.items()):
         release.get(name, shape)
-    say(f"weights: {len(wanted)} tensors read and checked ({release.path})")
+    say(f"weights: {len(wanted)} tensors read and checked")
 
 
 def stage_program(kind: str) -> Path:
@@ -291,7 +317,10 @@ def build_models(
     templates = [find(shape, p) for shape in shapes for p in precisions]
     with Release(weights) as release:
         seed = release.random_seed()
-        progress(f"weights: {release.path} (sha256 of {release.path.stat().st_size / 1e6:.0f} MB)")
+        for template in templates:  # names, shapes and dtypes first: the header alone
+            for name, shape in template.tensors.items():
+                release.info(name, shape)
+        progress(f"weights: {release.path} ({release.path.stat().st_size / 1e6:.0f} MB)")
         provenance = f"sha256:{sha256_file(release.path)}"
         manifest = Manifest.load_or_new(out)
         check_same_weights(manifest, provenance)

@@ -37,6 +37,9 @@ HUB_REPO = "depth-anything/da3-small"
 PREFIX = "model."
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+# Bytes per element of each safetensors dtype (the format's list).
+ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2}
+ITEMSIZE |= {"F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 MAX_HEADER = 16 << 20  # bytes: the real release's header is ~50 kB
 DTYPES: dict[str, np.dtype[Any]] = {
     "F32": np.dtype("<f4"),
@@ -108,9 +111,9 @@ class Release:
             tensors[name] = _tensor_info(self.path, name, info, base, size)
         return tensors, {str(k): str(v) for k, v in dict(metadata).items()}
 
-    def get(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """Tensor ``name`` as float32, checked: present, of ``shape`` when given, a float
-        dtype, every value finite."""
+    def info(self, name: str, shape: tuple[int, ...] | None = None) -> TensorInfo:
+        """Where tensor ``name`` is, checked without reading it: present, of ``shape``
+        when given, a float dtype."""
         info = self.tensors.get(name)
         if info is None:
             raise WeightsError(f"{self.path}: no tensor {name} (not a {MODEL_NAME} release)")
@@ -118,9 +121,14 @@ class Release:
             raise WeightsError(
                 f"{self.path}: {name} has shape {list(info.shape)}, {MODEL_NAME} has {list(shape)}"
             )
-        dtype = DTYPES.get(info.dtype)
-        if dtype is None:
+        if info.dtype not in DTYPES:
             raise WeightsError(f"{self.path}: {name} is {info.dtype}; expected F32 or F16")
+        return info
+
+    def get(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """Tensor ``name`` as float32, checked as ``info`` does and every value finite."""
+        info = self.info(name, shape)
+        dtype = DTYPES[info.dtype]
         self._fh.seek(info.start)
         raw = self._fh.read(info.end - info.start)
         if len(raw) != info.end - info.start:
@@ -160,7 +168,9 @@ def _tensor_info(path: Path, name: str, info: Any, base: int, size: int) -> Tens
         start, end = (int(n) for n in info["data_offsets"])
     except (KeyError, TypeError, ValueError):
         raise WeightsError(f"{path}: corrupt safetensors header entry for {name}") from None
-    itemsize = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}.get(dtype, 1)
+    itemsize = ITEMSIZE.get(dtype)
+    if itemsize is None:
+        raise WeightsError(f"{path}: {name} has dtype {dtype!r}, unknown to safetensors")
     if not 0 <= start <= end or end - start != math.prod(shape) * itemsize:
         raise WeightsError(f"{path}: {name}'s byte span does not fit its shape {list(shape)}")
     if base + end > size:

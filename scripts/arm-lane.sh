@@ -155,6 +155,7 @@ prepare() {
         --cxx aarch64-linux-gnu-g++ --dest "$et_dest"
     # The models both lanes use: exported on the host if not current (scripts/support/models.py).
     uv run --frozen --no-sync python -m scripts.support.models small >"$LANE/models-path"
+    uv run --frozen --no-sync python -m scripts.support.models weights >"$LANE/weights-path"
     a76 -- python3 -c 'import platform, edge; print("python", platform.python_version(), platform.machine(), "da3-edge", edge.__version__)'
 }
 
@@ -192,6 +193,7 @@ run_snap() {
         --stages executorch -o "$OUT/x86_64-fp32-executorch" "$photos"
     a76 -- python3 -m edge snap --models "$models" --precision fp32 --threads 2 \
         --stages executorch -o "$OUT/a76-fp32-executorch" "$photos" 2>&1 | no_times
+    run_build "$models" "$photos"
     # The fp16 proof: the same fp16 artifact, fp16 arithmetic forced off on the A76.
     a76 DA3_EDGE_FP16_ARITHMETIC=0 -- python3 -m edge snap --models "$models" --precision fp16 \
         --threads 2 -o "$OUT/a76-fp16-policy-off" "$photos" 2>&1 | no_times
@@ -212,6 +214,27 @@ run_snap() {
     uv run --frozen --no-sync da3-edge doctor --models "$models" --json \
         >"$OUT/doctor-x86_64.json" || true
     uv run --frozen --no-sync python -m scripts.arm.compare check "$OUT"
+}
+
+# The Pi makes its own models: `models build` from the seeded release (the one the small
+# models were exported from) in the root, where there is no torch, byte-equal to the
+# x86_64 build and to the export; then a still with the built core and the ExecuTorch
+# stages, whose depth compare.py checks against the exported core's (a76-fp16).
+run_build() {
+    local models=$1 photos=$2 weights shape core
+    local small='from scripts.support.models import SMALL_SHAPE as s; print(f"{s[0]}x{s[1]}")'
+    weights=$(cat "$LANE/weights-path")
+    shape=$(uv run --frozen --no-sync python -c "$small")
+    core="da3-small_${shape}_fp16.tflite"
+    uv run --frozen --no-sync da3-edge models build --weights "$weights" --shape "$shape" \
+        --out "$OUT/built-x86_64"
+    a76 -- python3 -m edge models build --weights "$weights" --shape "$shape" \
+        --out "$OUT/built-a76" 2>&1 | sed -E 's/ in [0-9.]+ s/ (emulated: time not reported)/'
+    cmp "$OUT/built-a76/$core" "$OUT/built-x86_64/$core"
+    cmp "$OUT/built-a76/$core" "$models/$core"
+    echo "built on the A76: $core, the x86_64 build's and the export's bytes"
+    a76 -- python3 -m edge snap --models "$OUT/built-a76" --precision fp16 --threads 2 \
+        --stages executorch -o "$OUT/a76-fp16-built" "$photos" 2>&1 | no_times
 }
 
 run_installer() {

@@ -32,20 +32,23 @@ import numpy as np
 
 from edge import corebuild
 from edge.models import DEFAULT_SHAPES, parse_shape, size_shapes
-from edge.release import Release
+from edge.release import Release, fold_norm, resample_pos_embed
 
 SEED = 7
 SMALL = 64  # elements: an unmatched constant below this is a literal of the graph
-FLOAT_TYPES = {0: np.dtype("<f4"), 1: np.dtype("<f2")}  # tflite TensorType FLOAT32, FLOAT16
+FLOAT_TYPES: dict[int, np.dtype[Any]] = {
+    0: np.dtype("<f4"),
+    1: np.dtype("<f2"),
+}  # tflite TensorType FLOAT32, FLOAT16
 
 
-def spans(data: bytes) -> list[tuple[int, int, np.dtype, tuple[int, ...]]]:
+def spans(data: bytes) -> list[tuple[int, int, np.dtype[Any], tuple[int, ...]]]:
     """Each float constant's (file offset, size, dtype, shape)."""
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAs(data, 0)
     graph = model.Subgraphs(0)
-    typed: dict[int, tuple[np.dtype, tuple[int, ...]]] = {}
+    typed: dict[int, tuple[np.dtype[Any], tuple[int, ...]]] = {}
     for t in range(graph.TensorsLength()):
         tensor = graph.Tensors(t)
         if tensor.Type() in FLOAT_TYPES:
@@ -83,9 +86,9 @@ def candidates(release: dict[str, np.ndarray]) -> dict[bytes, list[tuple[str, An
 
 def recipe_for(
     raw: bytes,
-    dtype: np.dtype,
+    dtype: np.dtype[Any],
     table: dict[bytes, list[tuple[str, Any]]],
-    computed: dict[bytes, str],
+    computed: dict[bytes, dict[str, Any]],
 ) -> dict[str, Any] | None:
     if raw in computed:
         return dict(computed[raw], dtype=dtype.str)
@@ -142,14 +145,14 @@ def computed_constants(
 ) -> dict[bytes, dict[str, Any]]:
     """The bytes of each computation on the release a core holds, and its recipe."""
     found: dict[bytes, dict[str, Any]] = {}
-    pos = corebuild.resample_pos_embed(release[corebuild.POS_EMBED], *shape)
+    pos = resample_pos_embed(release[corebuild.POS_EMBED], *shape)
     values: list[tuple[np.ndarray, dict[str, Any]]] = [(pos, {"compute": "pos_embed"})]
     i = 0
     while corebuild._block(i, "norm1.weight") in release:
         for linear in corebuild.FOLDS:
             recipe = {"compute": "fold", "block": i, "linear": linear}
             arrays = [release[n] for n in corebuild.inputs(recipe)]
-            folded = corebuild.fold_norm(*arrays)
+            folded = fold_norm(*arrays)
             values += [(folded[0], dict(recipe, part="w")), (folded[1], dict(recipe, part="b"))]
         i += 1
     for value, recipe in values:
@@ -175,6 +178,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--size", action="append", type=int, default=[])
     p.add_argument("--shape", action="append", default=[])
     p.add_argument("--out", type=Path, default=corebuild.templates_dir())
+    p.add_argument(
+        "--stages", type=Path, metavar="DIR",
+        help="also write the ExecuTorch stage programs (pre, pre1, post: the same for "
+        "every shape) into DIR, each checked as the export checks it (edge/data/stages)",
+    )  # fmt: skip
     p.add_argument("--allow-dirty", action="store_true", help="for trying the tool only")
     return p
 
@@ -198,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     release = {k: v.numpy() for k, v in _dedup_state(_Release(net)).items()}
     table = candidates(release)
     ns.out.mkdir(parents=True, exist_ok=True)
+    if ns.stages:
+        write_stages(ns.stages, shapes[0])
     with tempfile.TemporaryDirectory() as tmp:
         weights = save_official_layout(net, Path(tmp) / "release", random_seed=SEED)
         for n, shape in enumerate(shapes, 1):
@@ -217,6 +227,23 @@ def main(argv: list[str] | None = None) -> int:
                       f"{path.stat().st_size / 1e3:.0f} kB template, same bytes "
                       f"({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
     return 0
+
+
+def write_stages(folder: Path, shape: tuple[int, int]) -> None:
+    """The stage programs, built and checked at ``shape`` as the export does."""
+    from edge.export import stages
+    from edge.export.convert import STAGE_TOLERANCE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    builds = {"pre": stages.pre_program, "pre1": stages.pre1_program, "post": stages.post_program}
+    for kind, build in builds.items():
+        path = folder / f"{kind}.pte"
+        path.write_bytes(build(shape))
+        worst = stages.check(path, kind, shape)
+        if worst > STAGE_TOLERANCE:
+            path.unlink()
+            raise SystemExit(f"{path}: differs from its reference by {worst:.2e}")
+        print(f"{path}: {path.stat().st_size / 1e3:.1f} kB, max |d| {worst:.1e}", flush=True)
 
 
 def check(path: Path, weights: Path, data: bytes) -> None:

@@ -138,24 +138,7 @@ class MonoDepth(nn.Module):
                     for tname, t in zip(("cy", "sy", "cx", "sx"), tables, strict=True):
                         self.register_buffer(f"rope_{name}_{tname}", t.clone(), persistent=False)
 
-            # Each block's norm1 and norm2 scale and shift folded into the qkv and fc1
-            # linears after them, by the numpy function `models build` runs (the
-            # converter folds them otherwise, with sums in an order of its own).
-            for i in range(self.n_run):
-                blk = vit.blocks[i]
-                for norm, linear, tag in (
-                    (blk.norm1, blk.attn.qkv, "qkv"),
-                    (blk.norm2, blk.mlp.fc1, "fc1"),
-                ):
-                    w, b = fold_norm(
-                        *(
-                            p.detach().numpy()
-                            for p in (linear.weight, linear.bias, norm.weight, norm.bias)
-                        )
-                    )
-                    self.register_buffer(f"fold{i}_{tag}_w", torch.from_numpy(w), persistent=False)
-                    self.register_buffer(f"fold{i}_{tag}_b", torch.from_numpy(b), persistent=False)
-
+            self._fold_norms()
             # Head UV embeddings, one pair per stage resolution and one at full size.
             head = self.head
             for stage, project in enumerate(head.projects):
@@ -167,6 +150,21 @@ class MonoDepth(nn.Module):
             cols, rows = _separable_uv_embedding(feat, h_out, w_out, height, width)
             self.register_buffer("pe_out_cols", cols, persistent=False)
             self.register_buffer("pe_out_rows", rows, persistent=False)
+
+    def _fold_norms(self) -> None:
+        """Each block's norm1 and norm2 scale and shift folded into the qkv and fc1
+        linears after them, by the numpy function `models build` runs (the converter
+        folds them otherwise, with sums in an order of its own)."""
+        for i in range(self.n_run):
+            blk = self.vit.blocks[i]
+            for norm, linear, tag in (
+                (blk.norm1, blk.attn.qkv, "qkv"),
+                (blk.norm2, blk.mlp.fc1, "fc1"),
+            ):
+                params = (linear.weight, linear.bias, norm.weight, norm.bias)
+                w, b = fold_norm(*(p.detach().numpy() for p in params))
+                self.register_buffer(f"fold{i}_{tag}_w", torch.from_numpy(w), persistent=False)
+                self.register_buffer(f"fold{i}_{tag}_b", torch.from_numpy(b), persistent=False)
 
     # -- backbone ---------------------------------------------------------------
     def _attention(

@@ -6,7 +6,8 @@
     python -m scripts.arm.compare check OUT    # compare the snap outputs under OUT
 
 ``check`` reads what scripts/arm-lane.sh wrote (`da3-edge snap` outputs, one directory
-per run: x86_64-<p>, a76-<p>, a76-fp16-policy-off; a72-*.txt; doctor-*.json), prints
+per run: x86_64-<p>, a76-<p>, a76-fp16-policy-off, a76-fp16-built; a72-*.txt;
+doctor-*.json), prints
 a table, writes OUT/report.json and exits 1 if any check fails:
 
 - the same model on x86_64 and on the A76 agrees per precision (limits: ARCH below);
@@ -18,6 +19,7 @@ a table, writes OUT/report.json and exits 1 if any check fails:
   within Pearson >= 0.999 of the x86_64 fp32 reference;
 - on the A72 (Pi 4: no FP16 arithmetic, no LSE atomics) LiteRT itself dies with
   SIGILL, and `da3-edge snap` says why in one line and exits 1 instead;
+- the fp16 core `models build` made on the A76 gives the exported core's depth exactly;
 - `doctor` reports the A76 as Cortex-A76 with fp16 on, KleidiAI's dotprod kernels and
   LiteRT usable, the A72 as Cortex-A72 with fp16 off, no KleidiAI and LiteRT blocked.
 
@@ -236,15 +238,23 @@ def check_stages(report: Report, out: Path) -> None:
     )
 
 
+def check_built(report: Report) -> None:
+    """The core `models build` made on the A76 is the export's: the same depth."""
+    m = report.worst("a76-fp16-built", "a76-fp16")
+    ok = m["max_abs"] == 0.0 and report.flags("a76-fp16-built", "stages") == {"executorch"}
+    report.record("models build on cortex-a76: snap gives the exported core's depth", ok, **m)
+
+
 def check(out: Path) -> int:
     """Every check on the snap outputs under ``out``: report.json, a line each."""
     names = [f"{arch}-{p}" for arch in ("x86_64", "a76") for p in ARCH] + ["a76-fp16-policy-off"]
-    names += ["x86_64-fp32-executorch", "a76-fp32-executorch"]
+    names += ["x86_64-fp32-executorch", "a76-fp32-executorch", "a76-fp16-built"]
     report = Report({name: load(out / name) for name in names})
     check_arithmetic(report)
     check_a72(report, out)
     check_doctor(report, out)
     check_stages(report, out)
+    check_built(report)
     (out / "report.json").write_text(json.dumps(report.rows, indent=2) + "\n")
     for row in report.rows:
         numbers = ", ".join(

@@ -281,5 +281,39 @@ def main(argv: list[str]) -> int:
     return CHILDREN[argv[0]](argv[1:])
 
 
+@child
+def pos_embed_against_torch(argv: list[str]) -> int:
+    """The numpy position-embedding resample against DINOv2's own torch one, on the
+    seeded network, at each HxW of ARGV: the largest difference, a line each."""
+    import numpy as np
+    import torch
+
+    from edge.export.weights import random_state
+    from edge.release import resample_pos_embed
+
+    vit = random_state(0).backbone.pretrained
+    pos = vit.pos_embed.detach().numpy()
+    for text in argv:
+        h, w = (int(n) for n in text.split("x"))
+        with torch.no_grad():
+            tokens = torch.zeros(1, 1 + (h // 14) * (w // 14), pos.shape[-1])
+            ref = vit.interpolate_pos_encoding(tokens, h, w).numpy()
+        ours = resample_pos_embed(pos, h, w)
+        print(f"POS {text} {ref.shape == ours.shape} {float(np.abs(ref - ours).max()):.3e}")
+    return 0
+
+
+@child
+def build_imports(argv: list[str]) -> int:
+    """`da3-edge models build ARGV...` in this process, then which of the export's
+    packages it loaded (none, on the owner's path)."""
+    from edge import cli
+
+    code = cli.main(["models", "build", *argv])
+    heavy = ("torch", "safetensors", "flatbuffers", "litert_torch", "executorch", "tflite")
+    print("LOADED", " ".join(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+    return code
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -129,9 +129,9 @@ def build_full_models() -> Path:
 
 
 if __name__ == "__main__":
-    # python -m scripts.support.models {small,vm,vm-pack,full}...: built (or reused) in that
+    # python -m scripts.support.models {weights,small,vm,vm-pack,full}...: built (or reused) in that
     # order, each folder printed on a line of its own
-    builders = {"small": build_small_models, "vm": build_vm_models,
+    builders = {"weights": build_random_weights, "small": build_small_models, "vm": build_vm_models,
                 "vm-pack": build_vm_pack_models, "full": build_full_models}  # fmt: skip
     for name in sys.argv[1:]:
         print(builders[name]())

@@ -1,0 +1,72 @@
+"""Release folders written with numpy: the layout DA3 publishes (config.json +
+model.safetensors), filled with seeded values of the shapes a core template reads, or
+damaged on purpose. What ``models build`` is tested on where the export environment's
+seeded release is not needed (the quick lane), and the faults a Pi owner's download can
+have."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from edge import corebuild
+from edge.release import CONFIG_FILE, MODEL_NAME, WEIGHTS_FILE
+
+SAFETENSORS_DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64"}
+
+
+def write_safetensors(
+    path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None
+) -> Path:
+    """A safetensors file: header length, JSON header, the tensors' bytes in order."""
+    header: dict[str, object] = {"__metadata__": metadata} if metadata else {}
+    blobs, at = [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array).tobytes()
+        header[name] = {
+            "dtype": SAFETENSORS_DTYPES[array.dtype],
+            "shape": list(array.shape),
+            "data_offsets": [at, at + len(data)],
+        }
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    return path
+
+
+def tensors_for(
+    shapes: list[tuple[int, int]], precisions: tuple[str, ...] = ("fp16",)
+) -> dict[str, np.ndarray]:
+    """Seeded float32 values for every tensor the shipped templates of ``shapes`` read."""
+    wanted: dict[str, tuple[int, ...]] = {}
+    for shape in shapes:
+        for precision in precisions:
+            wanted.update(corebuild.find(shape, precision).tensors)
+    rng = np.random.default_rng(0)
+    return {
+        name: (rng.standard_normal(size) * 0.02).astype(np.float32)
+        for name, size in sorted(wanted.items())
+    }
+
+
+def write_release(
+    folder: Path,
+    tensors: dict[str, np.ndarray],
+    *,
+    model_name: str = MODEL_NAME,
+    seed: int | None = 0,
+) -> Path:
+    """A release folder; ``seed`` is recorded as random weights' seed (None: none)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config: dict[str, object] = {"model_name": model_name}
+    if seed is not None:
+        config["random_init_seed"] = seed
+    (folder / CONFIG_FILE).write_text(json.dumps(config) + "\n")
+    metadata = None if seed is None else {"random_init_seed": str(seed)}
+    write_safetensors(folder / WEIGHTS_FILE, tensors, metadata)
+    return folder
