@@ -579,9 +579,14 @@ else
     note "installed $BIN_LINK (da3-edge for every user)"
 fi
 
-# A command as the service user: no weight cache (its own is the unit's CacheDirectory).
+# A command as the service user, which runs outside the unit's sandbox here: in a session
+# of its own with stdin from /dev/null (root's terminal out of its reach: no TIOCSTI into
+# root's shell), and with no user site (PYTHONNOUSERSITE: its home is the state folder it
+# writes, where a planted .pth would run as code). No weight cache (its own is the unit's
+# CacheDirectory).
 as_service() {
-    runuser -u "$USER_NAME" -- env HOME="$STATE" DA3_EDGE_WEIGHT_CACHE=off "$@"
+    runuser -u "$USER_NAME" -- setsid --wait env HOME="$STATE" PYTHONNOUSERSITE=1 \
+        DA3_EDGE_WEIGHT_CACHE=off "$@" </dev/null
 }
 
 step "ExecuTorch runner (--stages executorch, no torch)"

@@ -68,7 +68,17 @@ def test_unit_lifecycle(container: Container) -> None:
     _a_stop_is_clean(box)
 
 
+# A .pth in the service user's user site (its home is its state folder, which it writes):
+# Python runs it at every start unless the unit turns the user site off.
+PLANT = "/var/lib/da3-edge/.local/lib/python3.11/site-packages/planted.pth"
+PLANT_RAN = "/var/lib/da3-edge/pth-ran"
+
+
 def _starts(box: Container) -> None:
+    box.sh(f"mkdir -p {Path(PLANT).parent} && chown -R da3-edge: /var/lib/da3-edge")
+    box.sh(f'echo \'import os; open("{PLANT_RAN}", "a").write("ran")\' > {PLANT}')
+    ran = box.sh(f"runuser -u da3-edge -- python3 -c pass; cat {PLANT_RAN} && rm {PLANT_RAN}")
+    assert ran.stdout == "ran", ran  # the plant works where the user site is on
     start = box.sh("systemctl start da3-edge")
     assert start.returncode == 0, (
         start.stderr + box.sh("journalctl -u da3-edge --no-pager -n 30").stdout
@@ -84,6 +94,7 @@ def _starts(box: Container) -> None:
     assert status
     owner = box.sh("stat -c %U /run/da3-edge/frames").stdout.strip()
     assert owner == "da3-edge"
+    assert box.sh(f"test -e {PLANT_RAN}").returncode == 1, "the unit ran the user's .pth"
     # The weight cache ("auto"): built under the unit's CacheDirectory, the service
     # user's alone.
     cache = box.sh(

@@ -265,6 +265,16 @@ def test_unit_paths_and_limits(unit: dict[str, dict[str, list[str]]]) -> None:
     assert list_setting(service.get("CapabilityBoundingSet", ["CAP_SYS_ADMIN"])) == []
 
 
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_no_unit_reads_a_user_site(path: Path) -> None:
+    """A service user's user site is under its home (the daemon's: its state folder,
+    which it writes): a .pth there would run at every start. Under a real systemd:
+    tests/test_systemd_container.py::test_unit_lifecycle."""
+    service = parse_unit(path.read_text())["Service"]
+    environment = dict(item.split("=", 1) for item in list_setting(service["Environment"]))
+    assert environment.get("PYTHONNOUSERSITE") == "1"
+
+
 def test_parser_reads_repeated_and_reset_keys() -> None:
     parsed = parse_unit(
         "[Service]\n# comment\nDeviceAllow=char-a rw\nDeviceAllow=char-b r\n"

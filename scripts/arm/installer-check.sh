@@ -276,9 +276,22 @@ PY
     check "links planted by the service user (in: ${planted:-nowhere root works}): root's file not written" \
         test "$(cat "$ROOT/root/victim-file")" = secret -a "$(stat -c %a "$ROOT/root/victim-file")" = 600
     planted=$(plant /root/victim-dir)
+    # The service user's own code in its user site (its home is its state folder): a .pth
+    # the installer's service-user steps (run4 verifies new models as that user) and the
+    # units must never run.
+    site=$(as_daemon python3 -c 'import site; print(site.getusersitepackages())')
+    as_daemon mkdir -p "$site"
+    printf 'import os; open("/tmp/pth-ran", "a").write("uid %%d\\n" %% os.getuid())\n' \
+        | as_daemon tee "$site/planted.pth" >/dev/null
+    as_daemon python3 -c 'pass'   # the plant works: a plain Python of the user runs it
+    check "a .pth in the service user's user site runs in its plain Python" test -e "$ROOT/tmp/pth-ran"
+    rm -f "$ROOT/tmp/pth-ran"
     # 4. Models from a URL with the right SHA-256 (a different set: int8 only).
     install_run run4 --from "/mnt/dist/$WHEEL" --models-url file:///mnt/url/models.tar.gz \
         --models-sha256 "$URL_SHA" || bad "--models-url: exit non-zero"
+    check "the service user's .pth never ran in the installer's steps as that user$(cat "$ROOT/tmp/pth-ran" 2>/dev/null | tr '\n' ' ')" \
+        test ! -e "$ROOT/tmp/pth-ran"
+    check "models were verified as the service user in that run" grep -q "  ok$" "$WORK/run4.out"
     check "--models-url: SHA-256 checked" grep -q "SHA-256 ok" "$WORK/run4.out"
     expected=$( (cd "$WORK/url/src/da3-edge-models" && ls -A && echo .tar-sha256) | sort | tr '\n' ' ')
     check "--models-url: models replaced by exactly the archive's files ($(model_files))" \

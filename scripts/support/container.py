@@ -113,12 +113,12 @@ class Container:
         target.mkdir(parents=True)
         for f in daemon_models(models):
             shutil.copy(f, target / f.name)
-        # The users as scripts/install-pi.sh makes them: the daemon's, and serve's and
-        # publish's in its group.
+        # The users as scripts/install-pi.sh makes them: the daemon's (its home is its state
+        # folder), and serve's and publish's in its group.
         for user in (
-            ["--user-group", "da3-edge"],
-            ["--gid", "da3-edge", "da3-edge-serve"],
-            ["--gid", "da3-edge", "da3-edge-publish"],
+            ["--user-group", "--home-dir", "/var/lib/da3-edge", "da3-edge"],
+            ["--gid", "da3-edge", "--home-dir", "/nonexistent", "da3-edge-serve"],
+            ["--gid", "da3-edge", "--home-dir", "/nonexistent", "da3-edge-publish"],
         ):
             made = _run(["chroot", str(root), "useradd", "--system", "--no-create-home",
                          "--shell", "/usr/sbin/nologin", *user])  # fmt: skip
