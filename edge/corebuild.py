@@ -331,10 +331,14 @@ def build_models(
             name = artifact_name(template.shape, template.precision)
             built = build_core(template, release, out / name)
             artifact = Artifact(
-                file=name, kind="core", shape=template.shape, precision=template.precision,
-                bytes=built.path.stat().st_size, sha256=built.sha256,
+                file=name,
+                kind="core",
+                shape=template.shape,
+                precision=template.precision,
+                bytes=built.path.stat().st_size,
+                sha256=built.sha256,
                 provenance=_provenance(provenance, seed, release.path, template),
-            )  # fmt: skip
+            )
             manifest.upsert(artifact)
             manifest.save()
             made.append(artifact)
@@ -376,9 +380,14 @@ def _install_stages(
                 raise OutputError(f"{out / name}: cannot write ({exc.strerror or exc})") from None
             provenance = {"model": MODEL_NAME, "weights": "none", "random_init": False}
             artifact = Artifact(
-                file=name, kind=kind, shape=shape, precision="fp32", bytes=len(data),
-                sha256=digest, provenance=dict(provenance, built_by="da3-edge models build"),
-            )  # fmt: skip
+                file=name,
+                kind=kind,
+                shape=shape,
+                precision="fp32",
+                bytes=len(data),
+                sha256=digest,
+                provenance=dict(provenance, built_by="da3-edge models build"),
+            )
             manifest.upsert(artifact)
             made.append(artifact)
     manifest.save()

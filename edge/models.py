@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from edge import atomic
-from edge.errors import ManifestError, ModelCorrupt, ModelNotFound
+from edge.errors import ManifestError, ModelCorrupt, ModelNotFound, WeightsError
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -39,6 +39,33 @@ STAGE_KINDS = ("pre", "pre1", "post")
 MIN_SIZE, MAX_SIZE = 4 * PATCH, 2 * LONGEST_SIDE
 # The aspect ratios exported at each size (H:W): photos and video, either way up.
 ASPECTS = ((3, 4), (4, 3), (9, 16), (16, 9))
+
+
+# The release DA3 publishes (the folder PyTorchModelHubMixin writes).
+MODEL_NAME = "da3-small"
+HUB_REPO = "depth-anything/da3-small"
+PREFIX = "model."
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+def resolve_weights_file(path: str | os.PathLike[str]) -> Path:
+    """The ``model.safetensors`` for a file or release-folder argument; a folder whose
+    ``config.json`` names another model is refused."""
+    path = Path(path)
+    if path.is_dir():
+        config = path / CONFIG_FILE
+        if config.is_file():
+            try:
+                name = json.loads(config.read_text(encoding="utf-8")).get("model_name")
+            except (OSError, ValueError, AttributeError) as exc:
+                raise WeightsError(f"{config}: unreadable release config ({exc})") from None
+            if name not in (None, MODEL_NAME):
+                raise WeightsError(f"{config}: model_name is {name!r}, expected {MODEL_NAME!r}")
+        path = path / WEIGHTS_FILE
+    if not path.is_file():
+        raise ModelNotFound(f"no weights at {path} (expected a {WEIGHTS_FILE} or its folder)")
+    return path
 
 
 def default_models_dir() -> Path:

@@ -15,6 +15,7 @@ from the wheel before the venv exists.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import os
@@ -25,6 +26,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from edge.errors import EdgeError, OutputError, PackError
 from edge.models import MANIFEST, Manifest
@@ -32,6 +34,7 @@ from edge.models import MANIFEST, Manifest
 RECORD = ".pack-sha256"  # in a pulled folder: the SHA-256 of the pack it came from
 
 TOP = "models"  # the one folder in a pack
+MAX_PACK = 8 << 30  # bytes: every size's cores at every precision are ~5 GB
 TIMEOUT_S = 30.0  # a server silent this long (connect, or between two reads) has stopped
 CHUNK = 1 << 20
 
@@ -75,12 +78,22 @@ def pack(directory: Path, out: Path) -> str:
 Progress = Callable[[int, int | None], None]  # bytes so far, total (None: unknown)
 
 
-def download(url: str, want: str, dest: Path, progress: Progress) -> None:
+def download(
+    url: str,
+    want: str,
+    dest: Path,
+    progress: Progress,
+    limit: int | None = None,
+    what: str = "pack",
+) -> None:
     """``url`` into ``dest``, resumed from what ``dest`` holds already (HTTP Range), then
     its SHA-256 checked against ``want``; PackError on a mismatch (``dest`` removed: a
-    wrong file is not resumed) and for a server that stops answering (``dest`` kept: run
-    again to resume)."""
+    wrong file is not resumed), past ``limit`` bytes or on a full disk (removed too), and
+    for a server that stops answering (``dest`` kept: run again to resume)."""
     have = dest.stat().st_size if dest.exists() else 0
+    if limit is not None and have > limit:
+        dest.unlink()
+        have = 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
         response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
@@ -88,34 +101,80 @@ def download(url: str, want: str, dest: Path, progress: Progress) -> None:
         if exc.code == 416 and have:  # nothing past what we have: it is whole
             response = None
         else:
-            raise PackError(f"{url}: the server answered {exc.code} {exc.reason}") from None
+            raise PackError(
+                f"{url}: the server answered {exc.code} {printable(str(exc.reason))}"
+            ) from None
     except (OSError, ValueError) as exc:
-        raise PackError(f"{url}: cannot download it ({_why(exc)})") from None
+        raise PackError(f"{url}: cannot download it ({why(exc)})") from None
     if response is not None:
         with response:
-            resumed = have and getattr(response, "status", 200) == 206
-            total = _total(response, have if resumed else 0)
-            done = have if resumed else 0
-            with dest.open("ab" if resumed else "wb") as fh:
-                try:
-                    while chunk := response.read(CHUNK):
-                        fh.write(chunk)
-                        done += len(chunk)
-                        progress(done, total)
-                except (TimeoutError, OSError) as exc:
-                    raise PackError(
-                        f"{url}: the download stopped at {_size(done)} ({_why(exc)}); "
-                        "run the same command again to resume"
-                    ) from None
-            if total is not None and done < total:
-                raise PackError(
-                    f"{url}: the download stopped at {_size(done)} of {_size(total)}; "
-                    "run the same command again to resume"
-                )
+            _receive(url, response, dest, have, progress, limit)
     got = sha256_of(dest)
     if got != want:
         dest.unlink()
-        raise PackError(f"{url}: SHA-256 {got}, expected {want}: not the pack asked for")
+        raise PackError(f"{url}: SHA-256 {got}, expected {want}: not the {what} asked for")
+
+
+def _receive(
+    url: str, response: Any, dest: Path, have: int, progress: Progress, limit: int | None
+) -> None:
+    resumed = have and getattr(response, "status", 200) == 206
+    total = _total(response, have if resumed else 0)
+    done = have if resumed else 0
+    if limit is not None and total is not None and total > limit:
+        dest.unlink(missing_ok=True)
+        raise PackError(f"{url}: {_size(total)}, over the {_size(limit)} expected: not downloaded")
+    if total is not None:
+        _room(dest.parent, total - done, url)
+    with dest.open("ab" if resumed else "wb") as fh:
+        try:
+            while chunk := response.read(CHUNK):
+                done += len(chunk)
+                if limit is not None and done > limit:
+                    raise _Oversize
+                fh.write(chunk)
+                progress(done, total)
+        except _Oversize:
+            fh.close()
+            dest.unlink()
+            raise PackError(f"{url}: more than the {_size(limit or 0)} expected: removed") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                fh.close()
+                dest.unlink()
+                raise OutputError(f"{dest}: no space left on its filesystem: removed") from None
+            raise PackError(
+                f"{url}: the download stopped at {_size(done)} ({why(exc)}); "
+                "run the same command again to resume"
+            ) from None
+    if total is not None and done < total:
+        raise PackError(
+            f"{url}: the download stopped at {_size(done)} of {_size(total)}; "
+            "run the same command again to resume"
+        )
+
+
+class _Oversize(Exception):
+    pass
+
+
+SPARE = 16 << 20  # bytes left free beyond a download on its filesystem
+
+
+def _room(folder: Path, need: int, url: str) -> None:
+    """Refuse a download the filesystem cannot hold with ``SPARE`` to spare."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    if free < need + SPARE:
+        raise OutputError(
+            f"{folder}: {free / 1e6:.0f} MB free, {url} needs {(need + SPARE) / 1e6:.0f} MB "
+            "(the file and a margin): free some space and run again"
+        )
+
+
+def printable(text: str) -> str:
+    """A server's words made safe for a terminal: control characters (escapes) as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _size(n: float) -> str:
@@ -127,7 +186,7 @@ def _total(response: object, offset: int) -> int | None:
     return offset + int(length) if length and str(length).isdigit() else None
 
 
-def _why(exc: BaseException) -> str:
+def why(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.URLError):
         exc = exc.reason if isinstance(exc.reason, BaseException) else exc
     if isinstance(exc, TimeoutError):
@@ -142,6 +201,7 @@ def unpack(archive: Path, out: Path, label: str) -> None:
     the archive came from, for the messages)."""
     out.mkdir()
     where: str | None = None  # the one folder the files are in ("": the top), once seen
+    budget: int | None = None  # bytes the filesystem can still take, once read
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in tar:
@@ -160,12 +220,32 @@ def unpack(archive: Path, out: Path, label: str) -> None:
                 where = folder
                 if member.isdir():
                     continue
+                budget = _budget(member, out, label, budget)
                 src = tar.extractfile(member)
                 assert src is not None
                 with src, (out / name.name).open("xb") as dst:
                     shutil.copyfileobj(src, dst, CHUNK)
+    except EdgeError:
+        raise
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise PackError(f"{label}: not a readable .tar.gz ({exc})") from None
+
+
+def _budget(member: tarfile.TarInfo, out: Path, label: str, budget: int | None) -> int:
+    """What is left for the members after ``member``, checked before a byte of it is
+    written: a sparse member (a small archive that unpacks huge) is refused, and so is
+    one the filesystem cannot hold with ``SPARE`` to spare."""
+    if member.issparse():
+        raise PackError(f"{label}: {member.name!r} is a sparse file: not a model pack")
+    if budget is None:
+        st = os.statvfs(out)
+        budget = st.f_bavail * st.f_frsize - SPARE
+    if member.size > budget:
+        raise OutputError(
+            f"{out}: {member.name!r} needs {_size(member.size)}, the filesystem has "
+            f"{_size(max(budget, 0))} to spare: nothing installed"
+        )
+    return budget - member.size
 
 
 def check(folder: Path, label: str) -> Manifest:
@@ -203,7 +283,7 @@ def pull(url: str, want: str, out: Path, progress: Progress) -> tuple[Manifest, 
     except OSError as exc:
         raise OutputError(f"{out.parent}: cannot make it ({exc.strerror or exc})") from None
     partial = out.with_name(f".{out.name}.{want[:16]}.tar.gz")
-    download(url, want, partial, progress)
+    download(url, want, partial, progress, limit=MAX_PACK)
     new = out.with_name(f".{out.name}.new")
     old = out.with_name(f".{out.name}.old")
     for leftover in (new, old):

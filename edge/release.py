@@ -30,13 +30,25 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from edge.errors import ModelNotFound, WeightsError
+from edge.errors import WeightsError
+from edge.models import (  # the release's layout, numpy-free
+    CONFIG_FILE,
+    HUB_REPO,
+    MODEL_NAME,
+    PREFIX,
+    WEIGHTS_FILE,
+    resolve_weights_file,
+)
 
-MODEL_NAME = "da3-small"
-HUB_REPO = "depth-anything/da3-small"
-PREFIX = "model."
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+__all__ = [
+    "CONFIG_FILE",
+    "HUB_REPO",
+    "MODEL_NAME",
+    "PREFIX",
+    "WEIGHTS_FILE",
+    "resolve_weights_file",
+]
+
 # Bytes per element of each safetensors dtype (the format's list).
 ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2}
 ITEMSIZE |= {"F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
@@ -46,25 +58,6 @@ DTYPES: dict[str, np.dtype[Any]] = {
     "F16": np.dtype("<f2"),
     "F64": np.dtype("<f8"),
 }
-
-
-def resolve_weights_file(path: str | os.PathLike[str]) -> Path:
-    """The ``model.safetensors`` for a file or release-folder argument; a folder whose
-    ``config.json`` names another model is refused."""
-    path = Path(path)
-    if path.is_dir():
-        config = path / CONFIG_FILE
-        if config.is_file():
-            try:
-                name = json.loads(config.read_text(encoding="utf-8")).get("model_name")
-            except (OSError, ValueError, AttributeError) as exc:
-                raise WeightsError(f"{config}: unreadable release config ({exc})") from None
-            if name not in (None, MODEL_NAME):
-                raise WeightsError(f"{config}: model_name is {name!r}, expected {MODEL_NAME!r}")
-        path = path / WEIGHTS_FILE
-    if not path.is_file():
-        raise ModelNotFound(f"no weights at {path} (expected a {WEIGHTS_FILE} or its folder)")
-    return path
 
 
 @dataclass(frozen=True)

@@ -185,3 +185,45 @@ def test_files_from_two_folders_are_refused(models: Path, tmp_path: Path) -> Non
     pack = tmp_path / "two.tar.gz"
     code, _, stderr = pull(pack.as_uri(), _tar(pack, members), tmp_path / "models")
     assert code == 1 and "'b/" in stderr and "is not a file of one model folder" in stderr
+
+
+def test_a_sparse_member_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    """A 1 GiB sparse file packs into a few hundred bytes (GNU tar --sparse): unpacked,
+    it would write the whole GiB. Refused before any of it is written."""
+    import subprocess
+
+    src = tmp_path / "src" / "models"
+    src.mkdir(parents=True)
+    with (src / "da3-small_378x504_fp16.tflite").open("wb") as fh:
+        fh.truncate(1 << 30)
+    pack = tmp_path / "sparse.tar.gz"
+    subprocess.run(
+        ["tar", "--sparse", "-czf", str(pack), "-C", str(src.parent), "models"], check=True
+    )
+    assert pack.stat().st_size < 100_000
+    out = tmp_path / "pi" / "models"
+    code, _, stderr = pull(pack.as_uri(), hashlib.sha256(pack.read_bytes()).hexdigest(), out)
+    print(stderr)
+    assert code == 1 and stderr.splitlines()[-1].endswith("is a sparse file: not a model pack")
+    assert not out.exists() and not list(out.parent.glob(".models.new*"))
+
+
+@pytest.mark.root
+def test_a_pack_larger_than_the_disk_is_refused_before_it_is_written(
+    models: Path, tmp_path: Path
+) -> None:
+    from scripts.support.tools import tmpfs
+
+    big = _file("models/da3-small_378x504_fp16.tflite", bytes(40 << 20))  # compresses to 40 kB
+    pack = tmp_path / "big.tar.gz"
+    sha = _tar(pack, [_file("models/manifest.json", (models / "manifest.json").read_bytes()), big])
+    with tmpfs(tmp_path / "disk", size="32m") as disk:
+        code, _, stderr = pull(pack.as_uri(), sha, disk / "models")
+        print(stderr)
+        line = stderr.splitlines()[-1]
+        assert (
+            code == 1
+            and "needs 41.9 MB, the filesystem has" in line
+            and line.endswith("nothing installed")
+        )
+        assert sorted(p.name for p in disk.iterdir()) == [f".models.{sha[:16]}.tar.gz"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from edge.commands import options
 from edge.errors import EdgeError, UsageError, report
-from edge.models import Artifact, Manifest, resolve_models_dir
+from edge.models import HUB_REPO, Artifact, Manifest, resolve_models_dir
 
 BUILD_SIZES = (504, 448, 392, 336, 280, 224)  # the sizes whose graphs ship (edge/data/cores)
 BUILD_PRECISIONS = ("fp16", "fp32")
@@ -61,8 +61,8 @@ def parser() -> argparse.ArgumentParser:
 def _build_parser(sub: Any) -> None:
     build = sub.add_parser(
         "build",
-        help="make the models from DA3's release file with numpy alone (no torch, no "
-        "network): on the Pi itself, or any computer",
+        help="make the models from DA3's release file with numpy alone (no torch): on the "
+        "Pi itself, or any computer",
         description="Build LiteRT cores from the official release (config.json + "
         "model.safetensors): each the file `da3-edge export` converts from the same "
         "weights, byte for byte, made by filling the graph this da3-edge ships for the "
@@ -73,28 +73,71 @@ def _build_parser(sub: Any) -> None:
         "renamed, so a failure leaves no partial file.",
     )
     build.add_argument(
-        "--weights", required=True, metavar="PATH",
-        help="the release folder (config.json + model.safetensors) or the .safetensors file",
-    )  # fmt: skip
+        "--weights",
+        required=True,
+        metavar="PATH",
+        help="the release folder (config.json + model.safetensors) or the .safetensors "
+        "file; 'hub': fetch it first, as `models fetch` does, into its default folder",
+    )
     build.add_argument(
-        "--size", action="append", type=options.size, metavar="N",
+        "--size",
+        action="append",
+        type=options.size,
+        metavar="N",
         help="the four shapes (4:3, 3:4, 16:9, 9:16) whose long side is N; repeatable; "
         "the default (with no --shape) is 504",
-    )  # fmt: skip
+    )
     build.add_argument(
-        "--shape", action="append", metavar="HxW",
+        "--shape",
+        action="append",
+        metavar="HxW",
         help="one input shape (one that has a graph in this da3-edge); repeatable",
-    )  # fmt: skip
+    )
     build.add_argument(
-        "--precision", default="fp16",
+        "--precision",
+        default="fp16",
         help="comma-separated subset of fp16,fp32 (default: fp16; int8: `da3-edge export`)",
-    )  # fmt: skip
+    )
     build.add_argument(
         "--out", metavar="DIR", help=f"the model directory to write ({options.MODELS_DEFAULT})"
     )
     build.add_argument(
         "--no-stages", action="store_true", help="skip the ExecuTorch stage programs (.pte)"
     )
+    build.add_argument("--sha256", metavar="HEX", help="with --weights hub: as `models fetch`")
+    _fetch_parser(sub)
+
+
+def _fetch_parser(sub: Any) -> None:
+    fetch = sub.add_parser(
+        "fetch",
+        help="download DA3-small's release from the Hugging Face hub (resumed, SHA-256 "
+        "checked) for `models build`",
+        description=f"Download {HUB_REPO}'s config.json and model.safetensors from the "
+        "Hugging Face hub ($HF_ENDPOINT, else https://huggingface.co) with a progress line, "
+        "resuming an interrupted download when run again. The weights' SHA-256 is checked "
+        "against --sha256, else the hub's own (its X-Linked-Etag header); their size is "
+        "capped and the free space checked first. A refusal is one line, with the partial "
+        "download removed.",
+    )
+    fetch.add_argument(
+        "--out", metavar="DIR", help="the release folder (default: ~/.local/share/da3-edge/release)"
+    )
+    fetch.add_argument("--sha256", metavar="HEX", help="the weights' SHA-256 (pinned)")
+    fetch.add_argument("--revision", default="main", help="the hub revision (default: main)")
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def fetch_main(ns: argparse.Namespace) -> int:
+    from edge import hub
+
+    out = Path(ns.out) if ns.out else hub.default_dir()
+    weights = hub.fetch(out, _say, revision=ns.revision, sha256=ns.sha256)
+    print(weights.parent)
+    return 0
 
 
 def build_main(ns: argparse.Namespace) -> int:
@@ -107,10 +150,14 @@ def build_main(ns: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     precisions = options.split_list(ns.precision, BUILD_PRECISIONS, "precision")
     out = resolve_models_dir(ns.out)
+    weights = Path(ns.weights)
+    if ns.weights == "hub":
+        from edge import hub
+
+        weights = hub.fetch(hub.default_dir(), _say, sha256=ns.sha256)
     made = corebuild.build_models(
-        Path(ns.weights), out, shapes, precisions, with_stages=not ns.no_stages,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )  # fmt: skip
+        weights, out, shapes, precisions, with_stages=not ns.no_stages, progress=_say
+    )
     random = any(a.random_init for a in made)
     print(
         f"wrote {len(made)} artifacts to {out}"
@@ -170,6 +217,8 @@ def main(args: Sequence[str] | None = None) -> int:
         return pull_main(ns)
     if ns.action == "build":
         return build_main(ns)
+    if ns.action == "fetch":
+        return fetch_main(ns)
     directory = resolve_models_dir(ns.models)
     manifest = Manifest.load(directory)
     print(f"{directory} ({manifest.model})")
