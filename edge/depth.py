@@ -53,6 +53,8 @@ class DepthFrame:
     # The image the depth was made from (HxWx3 uint8, the caller's array, not a copy):
     # for the "rgb" output, the scene beside the depth.
     rgb: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Pixels of the core's maps that were NaN or infinite (replaced: edge.pipeline.finite_maps).
+    non_finite: int = 0
     _depth_range: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -105,6 +107,7 @@ class DepthFrame:
                 "max": hi,
             },
             "conf": {"min": float(c.min()), "max": float(c.max())},
+            "non_finite_pixels": self.non_finite,
             "field_of_view": self.field_of_view().record(),
             "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
         }

@@ -8,7 +8,8 @@ tell from a written frame which capture it came from; confidence is 1 + the 0-ba
 count of images this core was given.
 
 A scripted failure (``fail``: 0-based image numbers of this core) makes ``collect``
-raise ``EdgeError`` for that image, as a dying worker would. ``fake_models`` writes a
+raise ``EdgeError`` for that image, as a dying worker would; ``non_finite`` images get
+a NaN and an infinity in their depth and a NaN in their confidence. ``fake_models`` writes a
 model directory whose artifacts are placeholders, so a ``Pipeline`` (with
 ``open_core=FakeCore.opener(...)``) runs without an exported model. Everything it
 makes says ``random_init`` and ``fake-core``: nothing can pass it off as a model.
@@ -42,6 +43,7 @@ class FakeCore(Halves):
         fail: Iterable[int] = (),
         log: list[tuple[str, int, int, float]] | None = None,
         index: int = 0,
+        non_finite: Iterable[int] = (),
     ) -> None:
         if spec.shape is None:
             raise ValueError("a FakeCore needs the spec's shape (it has no model to read)")
@@ -54,6 +56,7 @@ class FakeCore(Halves):
         # Seconds per image; a sequence: image n takes delays[n % len], cycling.
         self.delays = (delay,) if isinstance(delay, (int, float)) else tuple(delay)
         self.fail = set(fail)
+        self.non_finite = set(non_finite)  # images whose maps get a NaN and an inf
         self.given = 0  # images submitted so far
         self.index = index  # in its opener's order
         # (event, core index, image number, monotonic time), event "submit" /
@@ -68,17 +71,20 @@ class FakeCore(Halves):
         *,
         delay: float | Sequence[float] = 0.0,
         fail: Iterable[int] = (),
+        non_finite: Iterable[int] = (),
     ) -> tuple[Callable[[CoreSpec], FakeCore], list[FakeCore]]:
         """A ``Pipeline`` ``open_core`` making FakeCores with this script, and the list
         of those it made (in opening order)."""
         made: list[FakeCore] = []
         log: list[tuple[str, int, int, float]] = []
         lock = threading.Lock()
-        failing = tuple(fail)
+        failing, bad = tuple(fail), tuple(non_finite)
 
         def open_core(spec: CoreSpec) -> FakeCore:
             with lock:
-                core = cls(spec, delay=delay, fail=failing, log=log, index=len(made))
+                core = cls(
+                    spec, delay=delay, fail=failing, log=log, index=len(made), non_finite=bad
+                )
                 made.append(core)
             return core
 
@@ -108,6 +114,8 @@ class FakeCore(Halves):
         self.log.append(("collect", self.index, n, time.monotonic()))
         depth = (mean + 10.0).astype(np.float32)
         conf = np.full(self.shape, 1.0 + n, np.float32)
+        if n in self.non_finite:  # a core whose arithmetic overflowed: NaN, inf
+            depth.flat[0], depth.flat[-1], conf.flat[1] = np.nan, np.inf, np.nan
         return depth, conf
 
     def delay(self, n: int) -> float:

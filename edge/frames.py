@@ -22,6 +22,7 @@ import contextlib
 import functools
 import io
 import json
+import math
 import platform
 import struct
 import zipfile
@@ -249,7 +250,19 @@ def sidecar(frame: DepthFrame, extra: dict[str, Any] | None = None) -> bytes:
         data["warning"] = "made with random-init weights: NOT a real model's depth"
     if extra:
         data.update(extra)
-    return (json.dumps(data, indent=2) + "\n").encode()
+    return (json.dumps(finite(data), indent=2, allow_nan=False) + "\n").encode()
+
+
+def finite(value: Any) -> Any:
+    """``value`` as strict JSON takes it: a NaN or infinite float anywhere in it is null
+    (browsers' JSON.parse, and Starlette's JSONResponse, refuse NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 def render(

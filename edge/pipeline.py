@@ -140,6 +140,23 @@ def weight_cache_dir(value: str | os.PathLike[str] | None) -> Path | None:
     return Path(value)
 
 
+def finite_maps(depth: np.ndarray, conf: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The core's maps with no NaN or infinity, and how many pixels had one. A core whose
+    arithmetic overflowed (fp16, a bad model) must not put NaN into the resize, the PNGs,
+    the steady view's scale, the point cloud's cut-off or a record: such a pixel becomes
+    the farthest finite depth with confidence 1 (none). Four reductions of the core-size
+    maps find that there is nothing to do (0.1 ms at 378x504)."""
+    extremes = (depth.min(), depth.max(), conf.min(), conf.max())
+    if all(np.isfinite(x) for x in extremes):
+        return depth, conf, 0
+    ok_depth = np.isfinite(depth)
+    ok = ok_depth & np.isfinite(conf)
+    far = float(depth[ok_depth].max()) if ok_depth.any() else 1.0
+    depth = np.where(ok_depth, depth, np.float32(far)).astype(np.float32)
+    conf = np.where(ok, conf, np.float32(1.0)).astype(np.float32)
+    return depth, conf, int(ok.size - np.count_nonzero(ok))
+
+
 class Pipeline(Closing):
     """Loaded models and stages; call it with an image to get a ``DepthFrame``."""
 
@@ -354,10 +371,11 @@ class Pipeline(Closing):
         still, artifact = job.still, job.artifact
         t3 = time.perf_counter()
         size = job.size or still.size
+        raw_depth, raw_conf, non_finite = finite_maps(*job.raw)
         if at_core:  # copies: a worker process's answer lives in memory it reuses
-            depth, conf = (np.array(a, dtype=np.float32) for a in job.raw)
+            depth, conf = (np.array(a, dtype=np.float32) for a in (raw_depth, raw_conf))
         else:
-            depth, conf = self.stages.postprocess(*job.raw, size)
+            depth, conf = self.stages.postprocess(raw_depth, raw_conf, size)
         job.raw = None
         job.timings["postprocess"] = (time.perf_counter() - t3) * 1000
         trace.mark("postprocessed")
@@ -381,6 +399,7 @@ class Pipeline(Closing):
             threads=job.core.threads,
             fp16_arithmetic=job.core.fp16_arithmetic,
             rgb=job.rgb,
+            non_finite=non_finite,
         )
 
     def close(self) -> None:

@@ -363,3 +363,45 @@ def test_a_core_unused_for_a_while_is_closed(tmp_path: Path) -> None:
     assert wide.closed and not tall.closed
     r.inference.close()
     assert tall.closed
+
+
+def test_a_core_answer_with_nan_gives_a_finite_frame_and_strict_json(tmp_path: Path) -> None:
+    """One NaN and one infinity in depth and a NaN in confidence from the core: the frame
+    has none (the farthest finite depth, confidence 1), says how many pixels were
+    replaced, and its record is strict JSON (browsers and Starlette refuse NaN)."""
+    import json
+
+    from edge import frames
+
+    models = fake_models(tmp_path / "models", [(42, 56)])
+    open_core, _ = FakeCore.opener(non_finite=(0,))
+    pipeline = Pipeline.load(PipelineSpec(models, workers=1), open_core=open_core)
+    try:
+        still = np.full((*SIZE, 3), 90, np.uint8)
+        frame = pipeline.run(still, "x")
+    finally:
+        pipeline.close()
+    assert np.isfinite(frame.depth).all() and np.isfinite(frame.conf).all()
+    assert frame.non_finite == 3
+    written = frames.write(frame, tmp_path, "x", ["json", "png", "preview", "npz"])
+    assert len(written) == 4
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in frame.json")
+
+    record = json.loads((tmp_path / "x.json").read_text(), parse_constant=refuse)
+    assert record["non_finite_pixels"] == 3
+    assert record["depth"]["max"] == float(frame.depth.max()) and record["conf"]["min"] == 1.0
+
+
+def test_a_record_with_nan_is_read_as_null(tmp_path: Path) -> None:
+    """An older writer's NaN reaches serve as null, never as invalid JSON."""
+    from edge.frames import finite
+    from edge.store.read import read_json
+
+    (tmp_path / "x.json").write_text('{"a": NaN, "b": [1.0, Infinity], "c": -Infinity}')
+    assert read_json(tmp_path, "x.json") == {"a": None, "b": [1.0, None], "c": None}
+    assert finite({"s": {"scale": float("nan")}, "t": (float("inf"), 2.0)}) == {
+        "s": {"scale": None},
+        "t": [None, 2.0],
+    }

@@ -59,7 +59,9 @@ def read_json(root: Path, *names: str) -> dict[str, Any] | None:
     None if it is not there (yet, or pruned), not safe to read, or not an object."""
     raw = read_in(root, *names)
     try:
-        data = json.loads(raw) if raw is not None else None
+        # NaN and Infinity (an older writer's) read as null: what serve hands on is strict
+        # JSON, which a browser's JSON.parse takes.
+        data = json.loads(raw, parse_constant=lambda _: None) if raw is not None else None
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
