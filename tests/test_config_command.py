@@ -153,3 +153,50 @@ def test_the_service_config_finds_the_units_models() -> None:
     unit = (Path(__file__).parents[1] / "systemd/da3-edge.service").read_text()
     assert f"DA3_EDGE_MODELS={command.SERVICE_MODELS}" in unit
     assert f"--config {command.DEFAULT}" in unit
+
+
+def test_two_sets_at_once_keep_both_changes(cfg: Path) -> None:
+    """Two `config set` of different keys started together, twelve times: each round both
+    changes are in the file (they read, change and replace it one after the other)."""
+    import subprocess
+    import sys
+
+    from scripts.support import ROOT
+
+    for round_ in range(12):
+        fps, keep = f"{round_ + 1}", f"{round_ + 2}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "edge", "config", "--config", str(cfg), "set", key, value],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            for key, value in (("camera.fps", fps), ("store.keep_frames", keep))
+        ]  # fmt: skip
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+        loaded = config_mod.load(cfg)
+        assert (loaded.camera.fps, loaded.store.keep_frames) == (float(fps), int(keep)), round_
+
+
+@pytest.mark.root
+def test_the_service_config_waits_for_the_installers_lock(
+    cfg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The installer holds /run/da3-edge-install.lock (flock) while it writes the service's
+    config: `config set` of that file waits for it, and names it past its wait."""
+    import fcntl
+
+    lock = tmp_path / "install.lock"
+    monkeypatch.setattr(command, "DEFAULT", str(cfg))
+    monkeypatch.setattr(command, "INSTALL_LOCK", str(lock))
+    monkeypatch.setattr(command, "LOCK_WAIT_S", 0.5)
+    before = sha(cfg)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code, out, err = config(cfg, "set", "camera.fps", "3")
+    assert code == 1 and out == "" and sha(cfg) == before
+    assert (
+        err.strip() == f"da3-edge: error: {lock}: an install has held it for 0.5 s: try again later"
+    )
+    assert config(cfg, "set", "camera.fps", "3")[0] == 0

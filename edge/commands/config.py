@@ -9,10 +9,12 @@ owner and mode kept. A refusal is one line, and the file is left as it was.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,61 @@ def reload(section: str) -> list[str]:
     return done
 
 
+INSTALL_LOCK = "/run/da3-edge-install.lock"  # scripts/install-pi.sh's (flock), root's
+LOCK_WAIT_S = 30.0
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """``path`` for one writer at a time, from its read to its replacement: two `config
+    set` at once otherwise both read the old file and the second write loses the first
+    change. The lock is on the file itself (flock), taken again when the file was
+    replaced while this waited; the service's config also takes the installer's lock,
+    so neither writes it under the other. A holder that keeps it past LOCK_WAIT_S is
+    named in one line."""
+    with contextlib.ExitStack() as stack:
+        if path == Path(DEFAULT) and os.geteuid() == 0:
+            stack.enter_context(_flock(Path(INSTALL_LOCK), os.O_WRONLY | os.O_CREAT, "an install"))
+        while True:
+            fd = stack.enter_context(_flock(path, os.O_RDONLY, "another `da3-edge config set`"))
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            stack.close()  # replaced while this waited: lock what is there now
+        yield
+
+
+@contextlib.contextmanager
+def _flock(path: Path, flags: int, holder: str) -> Iterator[int]:
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot open it ({exc.strerror or exc})") from None
+    try:
+        try:
+            import fcntl
+        except ImportError:  # Windows (a card-time config on a laptop): one writer there
+            yield fd
+            return
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise EdgeError(
+                        f"{path}: {holder} has held it for {LOCK_WAIT_S:g} s: try again later"
+                    ) from None
+                time.sleep(0.05)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     path = Path(ns.config)
@@ -174,11 +231,12 @@ def main(args: Sequence[str] | None = None) -> int:
         config = config_mod.parse(config_mod.read_text(path), str(path), parts=())
         print(shown(getattr(getattr(config, section), name)))
         return 0
-    new_text, old, new = changed(path, ns.key, ns.value)
-    try:
-        atomic.write_bytes(path, new_text.encode(), like=os.stat(path))
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+    with locked(path):
+        new_text, old, new = changed(path, ns.key, ns.value)
+        try:
+            atomic.write_bytes(path, new_text.encode(), like=os.stat(path))
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
     print(f"{ns.key} = {shown(new)} (was {shown(old)}) in {path}")
     if ns.reload:
         for line in reload(ns.key.partition(".")[0]):
