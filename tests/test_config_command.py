@@ -165,15 +165,19 @@ def test_two_sets_at_once_keep_both_changes(cfg: Path) -> None:
 
     for round_ in range(12):
         fps, keep = f"{round_ + 1}", f"{round_ + 2}"
+        argv = [sys.executable, "-m", "edge", "config", "--config", str(cfg), "set"]
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "edge", "config", "--config", str(cfg), "set", key, value],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [*argv, key, value],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
             for key, value in (("camera.fps", fps), ("store.keep_frames", keep))
-        ]  # fmt: skip
+        ]
         for proc in procs:
-            out, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
         loaded = config_mod.load(cfg)
         assert (loaded.camera.fps, loaded.store.keep_frames) == (float(fps), int(keep)), round_
