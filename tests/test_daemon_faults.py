@@ -320,6 +320,30 @@ def test_a_slow_model_load_in_a_reload_keeps_the_watchdog_fed(models: Path, tmp_
     assert read_status(store)["reload"]["ok"] is True
 
 
+@pytest.mark.root
+def test_a_reload_to_a_store_it_cannot_write_keeps_the_running_one(
+    models: Path, tmp_path: Path
+) -> None:
+    """A read-only store (a mount, as root bits prove nothing) passes the trust checks;
+    the reload writes there first, and keeps the running store when it cannot."""
+    from scripts.support.tools import tmpfs
+
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:30", store, models)
+    with tmpfs(tmp_path / "ro", read_only=True, mode="0755") as ro, fake_daemon(tmp_path, cfg) as d:
+        wait_written_past(d, store, 1, "frames")
+        write_config(cfg, "fake:fps:30", ro, models)
+        d.signal(signal.SIGHUP)
+        d.wait_for(lambda: "reload: keeping the running store" in d.log, what="refused")
+        seq = latest_seq(store)
+        wait_written_past(d, store, seq + 2, "frames in the running store")
+        d.wait_for(lambda: read_status(store).get("reload", {}).get("ok") is False, what="status")
+        error = read_status(store)["reload"]["error"]
+        print(error)
+        assert error.startswith(f"store: {ro}") and "Read-only file system" in error
+        assert d.stop() == 0
+
+
 def test_a_reload_to_another_store_checks_it_and_says_where_frames_went(
     models: Path, tmp_path: Path
 ) -> None:

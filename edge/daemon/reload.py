@@ -15,7 +15,7 @@ from edge import config as config_mod
 from edge.daemon import status
 from edge.daemon.parts import camera_streams, make_store
 from edge.daemon.writer import iso
-from edge.errors import first_line
+from edge.errors import OutputError, first_line
 from edge.store.trust import refuse_unsafe
 
 if TYPE_CHECKING:
@@ -96,13 +96,21 @@ def _reread(d: Reloading, errors: list[str]) -> config_mod.Config:
 def _switch_store(
     d: Reloading, new: config_mod.Config, old: config_mod.Config, errors: list[str]
 ) -> config_mod.Config:
-    """Write to ``new``'s store from the next frame, checked as at start; the old
-    store's status.json says where the frames went. On refusal, keep the old."""
+    """Write to ``new``'s store from the next frame, checked as at start and written to
+    first (a store the daemon cannot write is refused); the old store's status.json says
+    where the frames went. On refusal, keep the old."""
     try:
         store = make_store(new.store)
         if store.root != d.store.root:
             refuse_unsafe(store.root)
-    except Exception as exc:  # an unsafe or unusable directory
+            try:  # made, indexed, and written to before the frames go there
+                store.prepare()
+                store.probe()
+            except OSError as exc:
+                raise OutputError(
+                    f"{store.root}: cannot write there ({exc.strerror or exc})"
+                ) from None
+    except Exception as exc:  # an unsafe, unusable or unwritable directory
         errors.append(f"store: {first_line(exc)}")
         log.error("reload: keeping the running store: %s", first_line(exc))
         return replace(new, store=old.store)

@@ -113,6 +113,17 @@ class FrameStore:
         self.fitted = self.cap = self._fitted_cap()
         self.ready = True
 
+    def probe(self) -> None:
+        """Write and remove a file in the frames folder: OSError when this process
+        cannot write there (a read-only mount, another owner, no space)."""
+        path = self.frames_dir / f".tmp-probe-{os.getpid()}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, b"\0")
+        finally:
+            os.close(fd)
+            os.unlink(path)
+
     def _fitted_cap(self) -> int:
         """``max_bytes``, or ``FS_SHARE`` of the filesystem's size where that is less."""
         fs = os.statvfs(self.root)

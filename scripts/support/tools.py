@@ -103,12 +103,15 @@ def run_main(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 @contextlib.contextmanager
-def tmpfs(path: Path, *, size: str = "4m", read_only: bool = False) -> Iterator[Path]:
-    """A real tmpfs mounted at ``path``: size-limited (disk full) or read-only.
+def tmpfs(
+    path: Path, *, size: str = "4m", read_only: bool = False, mode: str | None = None
+) -> Iterator[Path]:
+    """A real tmpfs mounted at ``path``: size-limited (disk full) or read-only; ``mode``:
+    its root's (a tmpfs's own is 1777).
 
     CI runs as root, where permission bits prove nothing; a mount does."""
     path.mkdir(parents=True, exist_ok=True)
-    options = f"size={size}" + (",ro" if read_only else "")
+    options = f"size={size}" + (",ro" if read_only else "") + (f",mode={mode}" if mode else "")
     proc = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
     )
