@@ -432,9 +432,15 @@ def test_backoff_doubles_clears_and_forgets() -> None:
     assert backoff.wait("a") == 0
     backoff.failed("a")
     assert backoff.wait("a") == 0.5  # cleared: starts again at the first step
-    for client in ("b", "c", "d"):  # a fourth address: the longest idle, "a", is forgotten
+    for client in ("b", "c"):  # three addresses remembered: the table is full
         backoff.failed(client)
-    assert backoff.wait("a") == 0 and backoff.wait("d") == 0.5
+    assert not backoff.room()  # a fourth finds no room while they are in penalty
+    now[0] += 0.6  # their penalties just ended: still remembered (a next failure doubles)
+    assert not backoff.room() and backoff.knows("a")
+    now[0] += 8.0  # out of penalty for over cap: forgotten, room again
+    assert backoff.room() and not backoff.knows("a") and not backoff.knows("b")
+    backoff.failed("d")
+    assert backoff.wait("d") == 0.5 and backoff.room()  # one of three
 
 
 def test_plain_stream_readers_leave_slots_for_the_page(tmp_path: Path) -> None:
@@ -529,3 +535,56 @@ def test_the_uvicorn_state_serves_limits_read_is_where_they_read_it() -> None:
         assert proto not in state.connections
 
     asyncio.run(one_request())
+
+
+def test_guesses_from_many_addresses_never_slow_a_logged_in_download(tmp_path: Path) -> None:
+    """480 loopback addresses (any local user has 127.x.y.z) each guess a hashed password
+    at once. Password checks are bounded for the whole server (two at a time, 429 past
+    that) and run on threads of their own: a logged-in user's 7 MB download is not queued
+    behind 16 MiB scrypt runs, and serve's memory stays far under its unit's 256M."""
+    from edge.passwords import hashed
+
+    password = "correct horse battery staple rides again"
+    users = tmp_path / "users"
+    users.write_text(f"viewer:{hashed(password)}\n")
+    users.chmod(0o600)
+    cfg = config(tmp_path, basic_auth_file=str(users), connections=600)
+    root = tmp_path / "store"
+    root.mkdir(mode=0o755)
+    frame(root / "frames", 7, npz=os.urandom(7_000_000))
+    (root / "store-id").write_text("s\n")
+    os.symlink("frames/0000000007", root / "latest")
+    right = {"Authorization": "Basic " + base64.b64encode(f"viewer:{password}".encode()).decode()}
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"viewer:guess").decode()}
+    codes: list[int] = []
+
+    def guess(n: int) -> None:
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", s.port, timeout=60, source_address=(f"127.1.{n // 200}.{n % 200 + 2}", 0)
+        )
+        try:
+            conn.request("GET", "/latest.json", headers=wrong)
+            codes.append(conn.getresponse().status)
+        except OSError:
+            codes.append(0)
+        finally:
+            conn.close()
+
+    with serving(["--config", str(cfg), "--store", str(root)], tmp_path / "serve.log") as s:
+        assert get(s.port, "/latest.json", right)[0] == 200  # logged in: remembered
+        threads = [threading.Thread(target=guess, args=(n,)) for n in range(480)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the guesses are in
+        start = time.monotonic()
+        code, _, body = get(s.port, "/latest.npz", right, timeout=60)
+        took = time.monotonic() - start
+        for t in threads:
+            t.join(60)
+        peak = processes.kib(s.proc.pid, "VmHWM") / 1024
+    print(f"logged-in download {len(body) / 1e6:.1f} MB in {took:.2f} s during 480 guesses; "
+          f"answers {sorted(set(codes))}, 429: {codes.count(429)}, serve peak RSS {peak:.0f} MiB")  # fmt: skip
+    assert code == 200 and len(body) == 7_000_000
+    assert took < 2.0
+    assert codes.count(429) > 0 and set(codes) <= {401, 429}
+    assert peak < 150, peak

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,8 +112,9 @@ def _basic(path: str) -> bytes:
 class Backoff:
     """Failed logins per client address: each failure doubles the wait before that
     client's next answer (``first`` s, twice that, ... ``cap`` s at most), a success
-    clears it. At most ``size`` addresses are remembered (the longest idle go first), so
-    a scan from many addresses cannot grow serve's memory."""
+    clears it. At most ``size`` addresses are remembered, so a scan from many addresses
+    cannot grow serve's memory; a new address finds no room (``room``: Guard answers it
+    429 unchecked) while every remembered one is in penalty or just out of it."""
 
     def __init__(
         self,
@@ -125,6 +127,21 @@ class Backoff:
         self.first, self.cap, self.size, self.clock = first, cap, size, clock
         self._clients: OrderedDict[str, tuple[int, float]] = OrderedDict()
 
+    def room(self) -> bool:
+        """Whether a new address can be remembered: addresses whose last penalty ended
+        more than ``cap`` s ago are forgotten first; one still in penalty never is, so
+        rotating through many addresses cannot wipe a penalty (the new ones wait)."""
+        now = self.clock()
+        while self._clients:
+            oldest = next(iter(self._clients))
+            if self._clients[oldest][1] + self.cap > now:
+                break
+            del self._clients[oldest]
+        return len(self._clients) < self.size
+
+    def knows(self, client: str) -> bool:
+        return client in self._clients
+
     def wait(self, client: str) -> float:
         """Seconds this client must wait before its request is looked at."""
         failures, until = self._clients.get(client, (0, 0.0))
@@ -134,11 +151,12 @@ class Backoff:
         failures = self._clients.pop(client, (0, 0.0))[0] + 1
         delay = min(self.first * 2 ** (failures - 1), self.cap)
         self._clients[client] = (failures, self.clock() + delay)
-        while len(self._clients) > self.size:
-            self._clients.popitem(last=False)
 
     def succeeded(self, client: str) -> None:
         self._clients.pop(client, None)
+
+
+KDF_SLOTS = 2  # password checks at once, over all clients: CPU and memory bounded
 
 
 class Guard:
@@ -156,6 +174,10 @@ class Guard:
         self.creds = creds
         self.backoff = backoff or Backoff()
         self.checking: set[str] = set()  # addresses with a check or penalty running
+        self.hashing = 0  # checks running now, over all addresses (at most KDF_SLOTS)
+        # The checks' own threads: a hashed password's KDF (16 MiB, tens of ms) never
+        # queues file sends, which use the default pool.
+        self.pool = ThreadPoolExecutor(KDF_SLOTS, thread_name_prefix="serve-kdf")
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.creds:
@@ -166,6 +188,11 @@ class Guard:
                 if client in self.checking:
                     await self._refuse(send, 429, b"one login at a time\n", self.backoff.cap)
                     return
+                if self.hashing >= KDF_SLOTS or not (
+                    self.backoff.knows(client) or self.backoff.room()
+                ):
+                    await self._refuse(send, 429, b"busy with other logins\n", 1)
+                    return
                 ok = await self._check(client, header)
             if not ok:
                 await self._refuse(send, 401, b"credentials required\n")
@@ -174,8 +201,13 @@ class Guard:
 
     async def _check(self, client: str, header: bytes | None) -> bool:
         self.checking.add(client)
+        self.hashing += 1
         try:
-            ok = await asyncio.to_thread(self.creds.allows, header)
+            try:
+                loop = asyncio.get_running_loop()
+                ok = await loop.run_in_executor(self.pool, self.creds.allows, header)
+            finally:
+                self.hashing -= 1
             if ok:
                 self.backoff.succeeded(client)
             else:
