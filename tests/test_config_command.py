@@ -204,3 +204,21 @@ def test_the_service_config_waits_for_the_installers_lock(
         err.strip() == f"da3-edge: error: {lock}: an install has held it for 0.5 s: try again later"
     )
     assert config(cfg, "set", "camera.fps", "3")[0] == 0
+
+
+def test_config_after_the_action_and_a_config_readied_before_the_models(tmp_path: Path) -> None:
+    """On a laptop, for a card whose Pi makes its own models: `config set K V --config F`
+    (the flag after the action) writes a config no models exist for yet, saying what it
+    could not check; a value that is wrong by the config's own rules is still refused."""
+    path = tmp_path / "card.toml"
+    path.write_text(config_mod.default_text())
+    proc = run_main(["config", "set", "camera.fps", "4", "--config", str(path)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"camera.fps = 4.0 (was 0.0) in {path}\n"
+    assert proc.stderr.startswith("models: not checked: there are none at ")
+    assert config_mod.load(path).camera.fps == 4.0
+    bad = run_main(["config", "set", "camera.fps", "-1", "--config", str(path)])
+    assert bad.returncode == 1 and "camera.fps" in bad.stderr.splitlines()[-1]
+    assert config_mod.load(path).camera.fps == 4.0
+    strict = run_main(["config", "check", "--config", str(path)])
+    assert strict.returncode == 1  # check still wants the models the config names

@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
         description=(
             "Read or change the config file in place (comments and order kept). set checks "
             "the whole changed file as the daemon, serve and publish would, and against the "
-            "installed models, before it writes; a refusal is one line and changes nothing."
+            "installed models (where there are any yet), before it writes; a refusal is one "
+            "line and changes nothing."
         ),
         epilog=(
             "examples: da3-edge config get model.size; sudo da3-edge config set camera.fps 5 "
@@ -63,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     get = sub.add_parser("get", help="print a key's value in force (the file's, else the default)")
     get.add_argument("key", metavar="SECTION.KEY")
     put = sub.add_parser("set", help="change a key, checked first; --reload applies it")
+    for action in (get, put):  # --config after the action too: config set K V --config F
+        action.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS)
     put.add_argument("key", metavar="SECTION.KEY")
     put.add_argument("value", metavar="VALUE", help="a number, true/false, text or [list]")
     put.add_argument(
@@ -71,7 +74,10 @@ def parser() -> argparse.ArgumentParser:
         help="then reload the daemon, or restart serve or publish, where the change needs it "
         "and the unit runs (systemctl)",
     )
-    sub.add_parser("check", help="check the whole file and the models it names; exit 1 if bad")
+    check_action = sub.add_parser(
+        "check", help="check the whole file and the models it names; exit 1 if bad"
+    )
+    check_action.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS)
     return p
 
 
@@ -125,10 +131,23 @@ def models_dir(model: config_mod.ModelConfig, path: str) -> str | None:
     return SERVICE_MODELS if Path(path) == Path(DEFAULT) else None
 
 
-def check(text: str, path: str) -> config_mod.Config:
-    """Every section by its own rules, then the models the config names."""
+def check(text: str, path: str, *, models_yet: bool = False) -> config_mod.Config:
+    """Every section by its own rules, then the models the config names; ``models_yet``
+    (set's): only where there are any, so that a config readied before the models exist
+    (on a laptop, for a card whose Pi builds them) is checked but for them, saying so."""
+    from edge.models import MANIFEST, resolve_models_dir
+
     config = config_mod.parse(text, path, parts=tuple(config_mod.SECTIONS))
-    config_mod.check_models(config, text, models_dir(config.model, path))
+    directory = models_dir(config.model, path)
+    folder = resolve_models_dir(directory)
+    if models_yet and not (folder / MANIFEST).exists():
+        print(
+            f"models: not checked: there are none at {folder} yet (a Pi with the models "
+            "checks model.size and model.precision against them)",
+            file=sys.stderr,
+        )
+        return config
+    config_mod.check_models(config, text, directory)
     return config
 
 
@@ -147,7 +166,7 @@ def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
     table[name] = value_of(raw, default)
     new_text = tomlkit.dumps(doc)
     new_text += "" if new_text.endswith("\n") else "\n"
-    config = check(new_text, str(path))
+    config = check(new_text, str(path), models_yet=True)
     return new_text, old, getattr(getattr(config, section), name)
 
 
