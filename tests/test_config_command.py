@@ -222,3 +222,12 @@ def test_config_after_the_action_and_a_config_readied_before_the_models(tmp_path
     assert config_mod.load(path).camera.fps == 4.0
     strict = run_main(["config", "check", "--config", str(path)])
     assert strict.returncode == 1  # check still wants the models the config names
+
+
+def test_set_on_a_file_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("[camera\nfps = 1\n")
+    before = sha(path)
+    code, out, err = config(path, "set", "camera.fps", "2")
+    assert code == 1 and out == "" and sha(path) == before
+    assert err == f"da3-edge: error: {path}: not valid TOML (Expected ']' at the end of a table declaration (at line 1, column 8))\n"

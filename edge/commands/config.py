@@ -21,7 +21,7 @@ from typing import Any
 
 from edge import atomic
 from edge import config as config_mod
-from edge.errors import EdgeError, OutputError, UsageError
+from edge.errors import ConfigError, EdgeError, OutputError, UsageError, first_line
 
 DEFAULT = "/etc/da3-edge/da3-edge.toml"  # the units' --config
 SERVICE_MODELS = "/opt/da3-edge/models"  # the daemon unit's DA3_EDGE_MODELS
@@ -157,7 +157,11 @@ def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
 
     section, name, default = field_of(key)
     text = config_mod.read_text(path)
-    doc = tomlkit.parse(text)
+    try:
+        doc = tomlkit.parse(text)
+    except Exception as exc:  # tomlkit's errors: the config's own parser names the line
+        config_mod.parse(text, str(path), parts=())
+        raise ConfigError(f"{path}: not TOML ({first_line(exc)})") from None
     if section not in doc:
         doc.add(tomlkit.nl())
         doc.add(section, tomlkit.table())
