@@ -157,8 +157,8 @@ class ModelConfig:
     )  # fmt: skip
     size: int = setting(
         0,
-        "The cores' long side, a multiple of 14: the models exported at that size "
-        "(`da3-edge export --size N`). 504 is DA3's own; smaller is faster "
+        "The cores' long side, a multiple of 14: the models made at that size "
+        "(`da3-edge models build --size N`). 504 is DA3's own; smaller is faster "
         "(docs/performance.md). 0 = 504 when exported, else the only size in the model "
         "directory.",
         flag="--size", zero="504 when exported, else the only size",

@@ -17,6 +17,12 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def printable(text: str) -> str:
+    """Words from elsewhere (a server's reason phrase, a store's status.json) made safe
+    for a terminal: control characters (escapes) as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 class EdgeError(Exception):
     """Root of every error da3-edge raises on purpose."""
 

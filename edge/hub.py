@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edge import packs
-from edge.errors import PackError
+from edge.errors import PackError, printable
 from edge.models import CONFIG_FILE, HUB_REPO, MODEL_NAME, WEIGHTS_FILE, resolve_weights_file
 
 ENDPOINT = "https://huggingface.co"
@@ -64,7 +64,7 @@ def _head(url: str) -> tuple[str, dict[str, str]]:
         if exc.code in (301, 302, 303, 307, 308) and "location" in headers:
             return urllib.parse.urljoin(url, headers["location"]), headers
         raise PackError(
-            f"{url}: the hub answered {exc.code} {packs.printable(str(exc.reason))}"
+            f"{url}: the hub answered {exc.code} {printable(str(exc.reason))}"
         ) from None
     except (OSError, ValueError) as exc:
         raise PackError(f"{url}: cannot reach the hub ({packs.why(exc)})") from None
@@ -78,7 +78,7 @@ def _expected(headers: dict[str, str], url: str, pinned: str | None) -> tuple[st
     if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
         raise PackError(
             f"{url}: the hub gave no SHA-256 for {WEIGHTS_FILE} (X-Linked-Etag "
-            f"{packs.printable(etag) or 'missing'}): pass --sha256 HEX"
+            f"{printable(etag) or 'missing'}): pass --sha256 HEX"
         )
     if not size.isdigit():
         raise PackError(f"{url}: the hub gave no size for {WEIGHTS_FILE}")
@@ -126,7 +126,7 @@ def _fetch_config(url: str, target: Path) -> None:
             data = response.read(MAX_CONFIG + 1)
     except urllib.error.HTTPError as exc:
         raise PackError(
-            f"{url}: the hub answered {exc.code} {packs.printable(str(exc.reason))}"
+            f"{url}: the hub answered {exc.code} {printable(str(exc.reason))}"
         ) from None
     except (OSError, ValueError) as exc:
         raise PackError(f"{url}: cannot download it ({packs.why(exc)})") from None
@@ -137,7 +137,7 @@ def _fetch_config(url: str, target: Path) -> None:
     except (UnicodeDecodeError, ValueError, AttributeError):
         raise PackError(f"{url}: not a release config (no JSON object)") from None
     if name != MODEL_NAME:
-        raise PackError(f"{url}: model_name is {packs.printable(str(name))!r}, not {MODEL_NAME!r}")
+        raise PackError(f"{url}: model_name is {printable(str(name))!r}, not {MODEL_NAME!r}")
     from edge import atomic
 
     atomic.write_bytes(target, data)

@@ -226,8 +226,9 @@ class Manifest:
         path = directory / MANIFEST
         if not path.is_file():
             raise ModelNotFound(
-                f"no model in {directory} (no {MANIFEST}); export one with "
-                "`da3-edge export --out DIR` or point --models / $DA3_EDGE_MODELS at one"
+                f"no model in {directory} (no {MANIFEST}); build them with "
+                "`da3-edge models build --weights hub --out DIR` or point --models / "
+                "$DA3_EDGE_MODELS at one"
             )
         try:
             data = json.loads(path.read_text())
@@ -281,7 +282,7 @@ class Manifest:
                 return artifact
         raise ModelNotFound(
             f"{self.directory}: no ExecuTorch {kind} program for {shape[0]}x{shape[1]}; "
-            "export the stage programs with `da3-edge export` (without --no-stages)"
+            "`da3-edge models build` (without --no-stages) writes them"
         )
 
     def stage_programs(self) -> list[Artifact]:

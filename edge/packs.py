@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from edge.errors import EdgeError, OutputError, PackError
+from edge.errors import EdgeError, OutputError, PackError, printable
 from edge.models import MANIFEST, Manifest
 
 RECORD = ".pack-sha256"  # in a pulled folder: the SHA-256 of the pack it came from
@@ -170,11 +170,6 @@ def _room(folder: Path, need: int, url: str) -> None:
             f"{folder}: {free / 1e6:.0f} MB free, {url} needs {(need + SPARE) / 1e6:.0f} MB "
             "(the file and a margin): free some space and run again"
         )
-
-
-def printable(text: str) -> str:
-    """A server's words made safe for a terminal: control characters (escapes) as '?'."""
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _size(n: float) -> str:

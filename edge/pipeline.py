@@ -71,6 +71,16 @@ def nearest_shape(wanted: tuple[int, int], available: list[tuple[int, int]]) -> 
     return min(available, key=key)
 
 
+def make_command(args: str, precision: str) -> str:
+    """The command that makes models: the build (no torch) for what it offers, the
+    export for int8."""
+    if precision == "int8":
+        return f"da3-edge export {args}"
+    return f"da3-edge models build --weights hub {args}" + (
+        "" if "--precision" in args else f" --precision {precision}"
+    )
+
+
 def pick_size(manifest: Manifest, precision: str, asked: int | None) -> int:
     """The size a pipeline runs: ``asked``; unasked, DA3's 504 when exported, else the
     folder's only size. A size not there is an error naming the export command, never
@@ -80,8 +90,8 @@ def pick_size(manifest: Manifest, precision: str, asked: int | None) -> int:
         there = sorted({a.precision for a in manifest.cores()})
         raise ModelNotFound(
             f"{manifest.directory}: no {precision} models "
-            f"(have: {', '.join(there) or 'none'}); export them with "
-            f"`da3-edge export --precision {precision}` or pick --precision"
+            f"(have: {', '.join(there) or 'none'}); make them with "
+            f"`{make_command(f'--precision {precision}', precision)}` or pick --precision"
         )
     listed = ", ".join(map(str, have))
     if asked is None:
@@ -94,7 +104,7 @@ def pick_size(manifest: Manifest, precision: str, asked: int | None) -> int:
     if asked not in have:
         raise ModelNotFound(
             f"{manifest.directory}: no {precision} models of size {asked} (have {listed}); "
-            f"export them with `da3-edge export --size {asked}`"
+            f"make them with `{make_command(f'--size {asked}', precision)}`"
         )
     return asked
 

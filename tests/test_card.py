@@ -466,13 +466,13 @@ def test_first_boot_leaves_the_bundle_and_a_note_after_a_failure(tmp_path: Path)
 REFUSED_CONFIGS = {
     "a size the models lack": (
         INT8 + "size = 280\n",
-        ":3: model.size: {models}: no int8 models of size 280 (have 182); export them with "
+        ":3: model.size: {models}: no int8 models of size 280 (have 182); make them with "
         "`da3-edge export --size 280` (nothing written)",
     ),
     "a precision the models lack": (
         "",
-        ":{default_dir_line}: model.dir: {models}: no fp16 models (have: int8); export them with "
-        "`da3-edge export --precision fp16` or pick --precision (nothing written)",
+        ":{default_dir_line}: model.dir: {models}: no fp16 models (have: int8); make them with "
+        "`da3-edge models build --weights hub --precision fp16` or pick --precision (nothing written)",
     ),
     "serve on the LAN without credentials": (
         INT8 + '[serve]\nhost = "0.0.0.0"\n',

@@ -86,7 +86,7 @@ def test_a_refused_value_is_one_line_and_changes_nothing(
 def test_a_size_the_models_lack_names_the_export(cfg: Path) -> None:
     code, _, err = config(cfg, "set", "model.size", "280")
     assert code == 1 and "no fp16 models of size 280 (have 504)" in err
-    assert "`da3-edge export --size 280`" in err
+    assert "`da3-edge models build --weights hub --size 280 --precision fp16`" in err
 
 
 def test_an_unknown_key_is_a_usage_error(cfg: Path) -> None:
@@ -230,4 +230,7 @@ def test_set_on_a_file_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
     before = sha(path)
     code, out, err = config(path, "set", "camera.fps", "2")
     assert code == 1 and out == "" and sha(path) == before
-    assert err == f"da3-edge: error: {path}: not valid TOML (Expected ']' at the end of a table declaration (at line 1, column 8))\n"
+    assert (
+        err
+        == f"da3-edge: error: {path}: not valid TOML (Expected ']' at the end of a table declaration (at line 1, column 8))\n"
+    )

@@ -403,7 +403,7 @@ def test_missing_or_tampered_model_refuses_to_start(small_models: Path, tmp_path
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
         f"da3-edge: error: {small_models}: no fp16 models of size 280 (have 182); "
-        "export them with `da3-edge export --size 280`"
+        "make them with `da3-edge models build --weights hub --size 280 --precision fp16`"
     )
     copy = tmp_path / "m"
     shutil.copytree(small_models, copy)

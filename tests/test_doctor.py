@@ -33,7 +33,7 @@ def test_missing_models_block(tmp_path: Path) -> None:
     proc = run_cli(["doctor", "--models", str(tmp_path / "none"), "--store", str(tmp_path / "s")])
     assert proc.returncode == 1
     line = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == ["models"])
-    assert line.startswith("FAIL") and "da3-edge export" in line
+    assert line.startswith("FAIL") and "da3-edge models build" in line
     assert proc.stdout.rstrip().endswith("not ready: 1 blocking problem(s)")
 
 

@@ -313,7 +313,7 @@ def test_auto_runs_the_executorch_stages_where_installed_else_numpy(
         "no programs": (bare, {}, "numpy", "auto runs numpy (auto: " + f"{bare} has no stage "
                         "programs (exported with --no-stages))"),
         "no pre1": (older, {}, "numpy", f"auto runs numpy (auto: {older}: no ExecuTorch pre1 "
-                    "program for 140x182; export the stage programs with `da3-edge export`"),
+                    "program for 140x182; `da3-edge models build` (without --no-stages) writes them"),
     }  # fmt: skip
     for case, (models, env, backend, doctor_says) in cases.items():
         out = tmp_path / case.replace(" ", "-")

@@ -75,7 +75,7 @@ def test_a_size_not_there_is_an_error_never_another_size(tmp_path: Path) -> None
         fake_pipeline(models, 392)
     assert str(caught.value) == (
         f"{models}: no fp16 models of size 392 (have 280, 504); "
-        "export them with `da3-edge export --size 392`"
+        "make them with `da3-edge models build --weights hub --size 392 --precision fp16`"
     )
     two = sized(tmp_path / "two", 280, 224)
     with pytest.raises(ModelNotFound, match=r"sizes 224, 280, none of 504: choose one with --size"):

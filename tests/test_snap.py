@@ -255,7 +255,7 @@ def test_no_model_says_how_to_get_one(photos: Path, tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("da3-edge: error: no model in ") and "da3-edge export" in line
+    assert line.startswith("da3-edge: error: no model in ") and "da3-edge models build" in line
 
 
 def test_strict_shape_refuses_unexported_shapes(
@@ -287,7 +287,7 @@ def test_a_size_not_exported_is_one_line_naming_the_export(
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
         f"da3-edge: error: {small_models}: no fp16 models of size 280 (have 182); "
-        "export them with `da3-edge export --size 280`"
+        "make them with `da3-edge models build --weights hub --size 280 --precision fp16`"
     ]
     assert list(tmp_path.iterdir()) == []
     bad = run_cli([*argv, "--size", "281"])

@@ -159,7 +159,7 @@ def _installed(
     if missing:
         raise UsageError(
             f"size {', '.join(missing)} is not exported in {models} "
-            f"(have {', '.join(map(str, sizes))}; `da3-edge export --size N` makes one)"
+            f"(have {', '.join(map(str, sizes))}; `da3-edge models build --size N` makes one)"
         )
     return precisions, sorted(asked, reverse=True)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edge.commands import options
-from edge.errors import first_line
+from edge.errors import first_line, printable
 
 if TYPE_CHECKING:
     from edge.models import Manifest
@@ -300,8 +300,8 @@ def check_camera_controls(store: Path | None) -> list[Check]:
     except ConfigError:
         return []
     camera = (status or {}).get("camera")
-    if not isinstance(camera, dict) or not camera.get("controls"):
-        return []
+    if not isinstance(camera, dict) or not isinstance(camera.get("controls"), dict):
+        return []  # none, or not what a daemon writes: nothing to show
     shown = ", ".join(f"{k} {v}" for k, v in sorted(camera["controls"].items()))
     return [Check("camera controls", OK, f"{camera.get('source')}: {shown} (read back)")]
 
@@ -353,7 +353,7 @@ def main(args: Sequence[str] | None = None) -> int:
         print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2))
     else:
         for c in checks:
-            print(f"{c.status:>4}  {c.name:<16} {c.detail}")
+            print(f"{c.status:>4}  {c.name:<16} {printable(c.detail)}")
         print(
             f"\n{'not ready: ' + str(len(failed)) + ' blocking problem(s)' if failed else 'ready'}"
         )
