@@ -107,3 +107,25 @@ def test_a_store_another_users_daemon_writes(readable: bool, tmp_path: Path) -> 
             "you cannot read it: join its group (sudo usermod -aG root $USER)"
             in (checks["store"]["detail"])
         )
+
+
+@pytest.mark.parametrize(
+    "controls", [["ExposureTime", 1000], {"Exposure\x1b]0;owned\x07": "1\x1b[2J"}]
+)
+def test_a_hostile_status_json_is_shown_safely(controls: object, tmp_path: Path) -> None:
+    """status.json is the store's, written by whoever can write there: a list where the
+    daemon writes a table is skipped (it crashed doctor), and escape sequences in it
+    never reach the terminal."""
+    store = tmp_path / "store"
+    store.mkdir(mode=0o755)
+    (store / "status.json").write_text(
+        json.dumps({"camera": {"source": "x", "controls": controls}})
+    )
+    proc = run_cli(["doctor", "--models", str(tmp_path / "none"), "--store", str(store)])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    shown = [line for line in proc.stdout.splitlines() if "camera controls" in line]
+    if isinstance(controls, dict):
+        assert shown == ["  ok  camera controls  x: Exposure?]0;owned? 1?[2J (read back)"]
+    else:
+        assert shown == []
