@@ -390,3 +390,21 @@ def test_a_model_refused_at_verification_is_closed(
     with pytest.raises(ModelCorrupt):
         load_pipeline(ModelConfig(dir=str(models), stages="numpy"))
     assert len(closed) == 1
+
+
+def test_a_sighup_while_the_model_loads_is_a_reload_once_running(
+    models: Path, tmp_path: Path
+) -> None:
+    """The docs offer `kill -HUP`; sent while the model loads (minutes on a Pi, 3 s of
+    --load-delay here) it used to end the daemon (SIGHUP's default action). Now the
+    daemon comes up, then reloads."""
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:30", store, models)
+    with fake_daemon(tmp_path, cfg, "--load-delay", "3") as d:
+        d.wait_for(lambda: "fakedaemon: loading for 3 s" in d.log, what="the load")
+        d.signal(signal.SIGHUP)
+        wait_written_past(d, store, 1, "frames after a SIGHUP during the load")
+        d.wait_for(
+            lambda: (read_status(store).get("reload") or {}).get("ok") is True, what="reload"
+        )
+        assert d.stop() == 0

@@ -37,6 +37,14 @@ log = logging.getLogger("edge.daemon")
 EXIT_THREAD_DIED = 70  # EX_SOFTWARE: under systemd, Restart=on-failure starts it again
 
 
+def _hold(signum: int, handler: Any) -> Any:
+    """``signum`` to ``handler`` (None: left as it is), on the main thread only (Python's
+    rule); the handler it had."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
+
+
 class Daemon:
     """The main thread's side: signals, reload, status and the watchdog.
 
@@ -69,7 +77,14 @@ class Daemon:
         self.results = Results(maxsize=2)
         self.store = make_store(config.store)
         refuse_unsafe(self.store.root)  # before minutes of model loading, in one line
-        pipeline = open_pipeline(config.model)
+        # A SIGHUP while the model loads (minutes on a Pi) is a reload once running, not
+        # the end of the daemon (the signal's default action); run() takes it from here.
+        self._hup_before = _hold(signal.SIGHUP, self._on_signal)
+        try:
+            pipeline = open_pipeline(config.model)
+        except BaseException:
+            _hold(signal.SIGHUP, self._hup_before)
+            raise
         self.streams = camera_streams(config, pipeline)
         self.capture = Capture(
             config.camera, self.mailbox, self.stop_event, self._beater("capture"),
@@ -151,6 +166,7 @@ class Daemon:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            _hold(signal.SIGHUP, self._hup_before)
             signal.set_wakeup_fd(previous_fd)
             wake_r.close()
             wake_w.close()

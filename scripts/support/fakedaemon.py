@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from edge import config as config_mod
@@ -31,7 +32,14 @@ def models(directory: Path) -> Path:
     return fake_models(directory, SHAPES)
 
 
+LOAD_DELAY = [0.0]  # seconds the first load takes (--load-delay): a Pi's minutes, shorter
+
+
 def open_pipeline(model: config_mod.ModelConfig) -> Pipeline:
+    if LOAD_DELAY[0]:
+        print(f"fakedaemon: loading for {LOAD_DELAY[0]:g} s", file=sys.stderr, flush=True)
+        time.sleep(LOAD_DELAY[0])
+        LOAD_DELAY[0] = 0.0
     open_core, _ = FakeCore.opener(delay=DELAY)
     spec = PipelineSpec(
         Path(model.dir), precision=model.precision, stages=model.stages,
@@ -44,7 +52,9 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, required=True)
     p.add_argument("--max-frames", type=int, default=0)
+    p.add_argument("--load-delay", type=float, default=0.0)
     ns = p.parse_args(argv)
+    LOAD_DELAY[0] = ns.load_delay
     setup_logging()
     config = config_mod.load(ns.config)
     return Daemon(config, max_frames=ns.max_frames, open_pipeline=open_pipeline).run()
