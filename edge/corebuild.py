@@ -4,7 +4,8 @@ A core's graph depends on its input shape, never on the weights: the weights are
 float constants. So the wheel carries, per shape and precision, a *template*: the
 exported ``.tflite`` with every weight-bearing byte span cut out, and for each span a
 recipe saying which release tensor fills it (transposed, sliced, cast to fp16) or which
-computation of the release (the position embedding resampled to the patch grid). A
+computation of the release (the position embedding resampled to the patch grid, a
+LayerNorm folded into the linear after it: ``edge.release``). A
 build streams the release one tensor at a time into those spans, so what it writes is
 byte for byte the file ``da3-edge export`` converts from the same weights, with no
 torch, no converter and no network; ``scripts/core_templates.py`` makes the templates
