@@ -91,7 +91,7 @@ def test_models_without_a_model_dir_says_how_to_get_one(
 ) -> None:
     assert cli.main(["models", "--models", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "da3-edge export" in err
+    assert err.count("\n") == 1 and "da3-edge models build --weights hub" in err
 
 
 def _run(args: list[str], python: str = sys.executable) -> subprocess.CompletedProcess[str]:

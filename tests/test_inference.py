@@ -195,13 +195,17 @@ def test_a_core_run_faster_than_the_last_does_not_wait_for_its_next_image(
     open_core, made = FakeCore.opener(delay=delays)
     pipeline = Pipeline.load(PipelineSpec(models, core_process=True), open_core=open_core)
     with running(pipeline) as r, fed(r):
-        r.take(7, timeout=30)
+        r.take(9, timeout=30)
     submitted = {n: t for event, _, n, t in made[0].log if event == "submit"}
     # Idle: from the time image n was done to image n+1's submit; from image 2 on,
     # both speeds have been seen.
-    idle = [submitted[n + 1] - (submitted[n] + delays[n % 2]) for n in range(2, 6)]
-    print("idle after each run, s:", [round(s, 3) for s in idle])
-    assert max(idle) < 0.2, idle
+    idle = {n: submitted[n + 1] - (submitted[n] + delays[n % 2]) for n in range(2, 8)}
+    print("idle after each run, s:", {n: round(s, 3) for n, s in idle.items()})
+    # Waking by an average leaves the core ~0.35 s idle after every fast run (odd n);
+    # a busy machine can delay one wake-up as much, never all of them: the best of the
+    # three fast runs' idles tells the policy apart, each idle bounds the rest.
+    assert min(idle[n] for n in (3, 5, 7)) < 0.2, idle
+    assert max(idle.values()) < 1.0, idle
 
 
 def test_a_reload_mid_flight_finishes_the_old_pipelines_frame_first(models: Path) -> None:

@@ -132,7 +132,7 @@ def test_manifest_round_trip(tmp_path: Path) -> None:
 
 
 def test_missing_manifest_says_how_to_get_a_model(tmp_path: Path) -> None:
-    with pytest.raises(ModelNotFound, match="da3-edge export"):
+    with pytest.raises(ModelNotFound, match="da3-edge models build --weights hub"):
         Manifest.load(tmp_path)
 
 
