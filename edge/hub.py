@@ -24,7 +24,14 @@ from pathlib import Path
 
 from edge import packs
 from edge.errors import PackError, printable
-from edge.models import CONFIG_FILE, HUB_REPO, MODEL_NAME, WEIGHTS_FILE, resolve_weights_file
+from edge.models import (
+    CONFIG_FILE,
+    HUB_REPO,
+    MODEL_NAME,
+    WEIGHTS_FILE,
+    resolve_weights_file,
+    sha256_file,
+)
 
 ENDPOINT = "https://huggingface.co"
 MAX_CONFIG = 64 << 10  # bytes: the release's config.json is 26
@@ -107,7 +114,7 @@ def fetch(
             "release could be: not downloaded"
         )
     target = out / WEIGHTS_FILE
-    if target.is_file() and packs.sha256_of(target) == want:
+    if target.is_file() and sha256_file(target) == want:
         say(f"download: not needed: {target} has SHA-256 {want[:12]}...")
         return resolve_weights_file(out)
     part = out / f".{WEIGHTS_FILE}.part"

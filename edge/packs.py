@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
-import hashlib
 import os
 import shutil
 import tarfile
@@ -29,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edge.errors import EdgeError, OutputError, PackError, printable
-from edge.models import MANIFEST, Manifest
+from edge.models import MANIFEST, Manifest, sha256_file
 
 RECORD = ".pack-sha256"  # in a pulled folder: the SHA-256 of the pack it came from
 
@@ -37,14 +36,6 @@ TOP = "models"  # the one folder in a pack
 MAX_PACK = 8 << 30  # bytes: every size's cores at every precision are ~5 GB
 TIMEOUT_S = 30.0  # a server silent this long (connect, or between two reads) has stopped
 CHUNK = 1 << 20
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def pack(directory: Path, out: Path) -> str:
@@ -72,7 +63,7 @@ def pack(directory: Path, out: Path) -> str:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return sha256_of(out)
+    return sha256_file(out)
 
 
 Progress = Callable[[int, int | None], None]  # bytes so far, total (None: unknown)
@@ -109,7 +100,7 @@ def download(
     if response is not None:
         with response:
             _receive(url, response, dest, have, progress, limit)
-    got = sha256_of(dest)
+    got = sha256_file(dest)
     if got != want:
         dest.unlink()
         raise PackError(f"{url}: SHA-256 {got}, expected {want}: not the {what} asked for")

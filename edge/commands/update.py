@@ -76,6 +76,7 @@ def _fetch(ns: argparse.Namespace, into: Path) -> Path:
     """The wheel, copied (or downloaded) into root's own folder and its SHA-256 checked
     there: what is installed is what was checked, whoever can write where it came from."""
     from edge import packs
+    from edge.models import sha256_file
 
     want = _hex(ns.sha256, "--sha256") if ns.sha256 else None
     if "://" in ns.wheel:
@@ -91,7 +92,7 @@ def _fetch(ns: argparse.Namespace, into: Path) -> Path:
         raise DeployError(f"{src}: no such file")
     dest = into / src.name
     shutil.copyfile(src, dest)
-    if want is not None and (got := packs.sha256_of(dest)) != want:
+    if want is not None and (got := sha256_file(dest)) != want:
         raise DeployError(f"{src}: SHA-256 {got}, expected {want}: not the wheel asked for")
     return dest
 
