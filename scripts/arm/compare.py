@@ -245,6 +245,15 @@ def check_built(report: Report) -> None:
     report.record("models build on cortex-a76: snap gives the exported core's depth", ok, **m)
 
 
+def check_built_verify(report: Report, out: Path) -> None:
+    """`models --verify` on the A76's build passed, its forward check included."""
+    text = (out / "built-a76-verify.txt").read_text()
+    forward = [line.split() for line in text.splitlines() if line.strip().startswith("forward")]
+    ok = bool(forward) and all(words[-1] == "ok" for words in forward) and "FAILED" not in text
+    pearson = float(forward[0][4].rstrip(",")) if ok else float("nan")
+    report.record("models --verify on cortex-a76: the built core computes DA3", ok, pearson=pearson)
+
+
 def check(out: Path) -> int:
     """Every check on the snap outputs under ``out``: report.json, a line each."""
     names = [f"{arch}-{p}" for arch in ("x86_64", "a76") for p in ARCH] + ["a76-fp16-policy-off"]
@@ -255,6 +264,7 @@ def check(out: Path) -> int:
     check_doctor(report, out)
     check_stages(report, out)
     check_built(report)
+    check_built_verify(report, out)
     (out / "report.json").write_text(json.dumps(report.rows, indent=2) + "\n")
     for row in report.rows:
         numbers = ", ".join(

@@ -15,6 +15,7 @@ import numpy as np
 from edge import corebuild
 from edge.release import CONFIG_FILE, MODEL_NAME, WEIGHTS_FILE
 
+LAST_CONV = "model.head.scratch.output_conv2.2."
 SAFETENSORS_DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64"}
 
 
@@ -42,16 +43,33 @@ def write_safetensors(
 def tensors_for(
     shapes: list[tuple[int, int]], precisions: tuple[str, ...] = ("fp16",)
 ) -> dict[str, np.ndarray]:
-    """Seeded float32 values for every tensor the shipped templates of ``shapes`` read."""
+    """Seeded float32 values for every tensor the shipped templates of ``shapes`` read,
+    at a trained network's scales (norm scales near 1, layer scales near 0.1,
+    convolutions He-initialised), so that depth varies across an image and a tensor in
+    the wrong place changes it."""
     wanted: dict[str, tuple[int, ...]] = {}
     for shape in shapes:
         for precision in precisions:
             wanted.update(corebuild.find(shape, precision).tensors)
     rng = np.random.default_rng(0)
-    return {
-        name: (rng.standard_normal(size) * 0.02).astype(np.float32)
-        for name, size in sorted(wanted.items())
-    }
+    return {name: _value(rng, name, size) for name, size in sorted(wanted.items())}
+
+
+def _value(rng: np.random.Generator, name: str, size: tuple[int, ...]) -> np.ndarray:
+    noise = rng.standard_normal(size)
+    if name.startswith(LAST_CONV):  # logits of a spread below 1: exp stays finite
+        value = 0.005 * noise if name.endswith("weight") else np.array([0.0, 1.0])
+    elif name.endswith("gamma"):
+        value = 0.1 + 0.005 * noise
+    elif "norm" in name.rsplit(".", 2)[-2] and name.endswith("weight"):
+        value = 1.0 + 0.01 * noise
+    elif len(size) == 4 and "patch_embed" not in name:
+        value = noise * (2.0 / np.prod(size[1:])) ** 0.5
+    elif name.endswith("bias"):
+        value = 0.002 * noise
+    else:
+        value = 0.02 * noise
+    return value.astype(np.float32)
 
 
 def write_release(
