@@ -117,14 +117,17 @@ def test_models_verify_lists_and_flags_random_init(small_models: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == f"{small_models} (da3-small)"
-    assert len(lines) == 7
+    assert len(lines) == 9
     for line, precision in zip(lines[1:4], ("fp32", "fp16", "int8"), strict=True):
         assert f"140x182 {precision}" in line
         assert line.endswith("RANDOM-INIT (not a real model)  ok")
-    for line, kind in zip(lines[4:], ("post", "pre", "pre1"), strict=True):
+    for line, kind in zip(lines[4:7], ("post", "pre", "pre1"), strict=True):
         assert line.startswith(f"  {kind} 140x182") and line.endswith(
             f"da3-small_{kind}_140x182.pte  ok"
         )
+    # The export's weights are a release file: the forward check runs (int8 has none).
+    for line, precision in zip(lines[7:], ("fp16", "fp32"), strict=True):
+        assert line.startswith(f"  forward 42x56 {precision} Pearson ") and line.endswith("ok")
     assert proc.stderr == ""
 
 
@@ -140,7 +143,9 @@ def test_models_verify_refuses_a_tampered_artifact(small_models: Path, tmp_path:
     assert proc.returncode == 1
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "does not match the manifest" in err[0] and victim.name in err[0]
-    assert proc.stdout.count(" ok\n") == len(manifest["artifacts"]) - 1 and "FAILED" in proc.stdout
+    forward = 2  # the forward check, per precision, runs still
+    assert proc.stdout.count(" ok\n") == len(manifest["artifacts"]) - 1 + forward
+    assert "FAILED" in proc.stdout
 
 
 @pytest.mark.export

@@ -20,13 +20,22 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="da3-edge models",
         description="List the models in a model directory; with --verify, check each "
-        "file's size and SHA-256 and load each core model with LiteRT. `pack` and `pull` "
+        "file's size and SHA-256 and load each core model with LiteRT, and for models "
+        "built from a release file, build a 42x56 core of each precision from it and "
+        "compare its depth with DA3's forward computed with numpy (no torch). `pack` and `pull` "
         "carry a model directory from the machine that exported it to others (a .tar.gz "
         "and its SHA-256); `build` makes a model directory from DA3's release file, "
         "with no torch.",
     )
     options.add_models(p)
     p.add_argument("--verify", action="store_true", help="check hashes and load each model")
+    p.add_argument(
+        "--weights",
+        dest="release",
+        metavar="DIR",
+        help="with --verify: the release folder (or model.safetensors) the models were "
+        "built from (default: the one their manifest names)",
+    )
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     pack = sub.add_parser(
         "pack",
@@ -99,6 +108,13 @@ def _build_parser(sub: Any) -> None:
         help="comma-separated subset of fp16,fp32 (default: fp16; int8: `da3-edge export`)",
     )
     build.add_argument(
+        "--for-config",
+        metavar="FILE",
+        help="instead of --size, --shape and --precision: the cores a daemon with this "
+        "config runs (its model.precision; at its model.size, 504 when none, the camera's "
+        "shape and the other aspects that have a graph)",
+    )
+    build.add_argument(
         "--out", metavar="DIR", help=f"the model directory to write ({options.MODELS_DEFAULT})"
     )
     build.add_argument(
@@ -144,11 +160,18 @@ def build_main(ns: argparse.Namespace) -> int:
     from edge import corebuild
     from edge.commands.export import parse_shapes
 
-    try:
-        shapes = parse_shapes(ns.shape, ns.size)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    precisions = options.split_list(ns.precision, BUILD_PRECISIONS, "precision")
+    if ns.for_config:
+        if ns.shape or ns.size or ns.precision != "fp16":
+            raise UsageError("--for-config takes the shapes and precision from the config")
+        from edge import graphs
+
+        shapes, precisions = graphs.for_config(ns.for_config)
+    else:
+        try:
+            shapes = parse_shapes(ns.shape, ns.size)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        precisions = options.split_list(ns.precision, BUILD_PRECISIONS, "precision")
     out = resolve_models_dir(ns.out)
     weights = Path(ns.weights)
     if ns.weights == "hub":
@@ -235,4 +258,49 @@ def main(args: Sequence[str] | None = None) -> int:
                 continue
             line += "  ok"
         print(line)
+    if ns.verify:
+        failures += forward_checks(manifest, ns.release)
     return 1 if failures else 0
+
+
+def forward_checks(manifest: Manifest, release: str | None) -> int:
+    """``edge.buildcheck`` for each precision of the cores made from a release file
+    (provenance "sha256:..."); the number that failed."""
+    wanted: dict[str, tuple[str, set[str]]] = {}
+    for core in manifest.cores():
+        if core.weights.startswith("sha256:") and core.precision in BUILD_PRECISIONS:
+            source = release or str(core.provenance.get("source", ""))
+            wanted.setdefault(core.weights, (source, set()))[1].add(core.precision)
+    failures = 0
+    for weights, (source, precisions) in wanted.items():
+        if not source or not Path(source).exists():
+            note = f"the release is not at {source or '(no path recorded)'}"
+            print(f"  forward check skipped: {note}; name it with --weights DIR")
+            continue
+        failures += _forward_check(weights, Path(source), sorted(precisions))
+    return failures
+
+
+def _forward_check(weights: str, source: Path, precisions: list[str]) -> int:
+    from edge import buildcheck
+
+    shape = "x".join(map(str, buildcheck.PROBE_SHAPE))
+    failures = 0
+    try:
+        path = buildcheck.release_for(weights, source)
+    except EdgeError as exc:
+        print(f"  forward {shape}: FAILED", flush=True)
+        report(exc)
+        return len(precisions)
+    for precision in precisions:
+        label = f"forward {shape} {precision}"
+        try:
+            result = buildcheck.check(path, precision)
+        except EdgeError as exc:
+            failures += 1
+            print(f"  {label:<16} FAILED", flush=True)
+            report(exc)
+            continue
+        numbers = f"Pearson {result.depth['pearson']:.7f}, rel-L2 {result.depth['rel_l2']:.1e}"
+        print(f"  {label:<16} {numbers} against numpy  ok")
+    return failures
