@@ -40,6 +40,7 @@ FILES = (
     "systemd/da3-edge-serve.service",
     "systemd/da3-edge-publish.service",
     "systemd/serve-lan.conf",
+    "systemd/da3-edge-finish-update.service",
 )
 # Where the deploy tree is in a wheel.
 TREE = "edge/data/deploy"

@@ -219,7 +219,8 @@ run_snap() {
 # The Pi makes its own models: `models build` from the seeded release (the one the small
 # models were exported from) in the root, where there is no torch, byte-equal to the
 # x86_64 build and to the export; then a still with the built core and the ExecuTorch
-# stages, whose depth compare.py checks against the exported core's (a76-fp16).
+# stages, whose depth compare.py checks against the exported core's (a76-fp16), and
+# `models --verify` on the A76, whose forward check compare.py reads.
 run_build() {
     local models=$1 photos=$2 weights shape core
     local small='from scripts.support.models import SMALL_SHAPE as s; print(f"{s[0]}x{s[1]}")'
@@ -235,10 +236,15 @@ run_build() {
     echo "built on the A76: $core, the x86_64 build's and the export's bytes"
     a76 -- python3 -m edge snap --models "$OUT/built-a76" --precision fp16 --threads 2 \
         --stages executorch -o "$OUT/a76-fp16-built" "$photos" 2>&1 | no_times
+    # The device checks what it built: a 42x56 core against numpy's DA3 (compare.py
+    # reads the result).
+    a76 -- python3 -m edge models --models "$OUT/built-a76" --verify \
+        >"$OUT/built-a76-verify.txt" 2>&1 || true
+    cat "$OUT/built-a76-verify.txt"
 }
 
 run_installer() {
-    scripts/arm/installer-check.sh "$ROOTFS_TAR" "$(cat "$LANE/models-path")"
+    scripts/arm/installer-check.sh "$ROOTFS_TAR" "$(cat "$LANE/models-path")" "$(cat "$LANE/weights-path")"
 }
 
 # kcount_build OUT: OUT emptied, the kernel-count plugin built into it, and the root's

@@ -10,7 +10,10 @@
 #   /etc/da3-edge/da3-edge.toml (created once; only --config replaces it), systemd/ in
 #   /opt/da3-edge/ (the units' Documentation=), the switch of the link /opt/da3-edge/venv,
 #   the units: the daemon and serve on 127.0.0.1:8000 (enabled; started when systemd
-#   runs; rolled back when they do not come up). --uninstall takes it all away again (--purge: data and user too).
+#   runs; rolled back when they do not come up). What is in service is recorded before
+#   any of it is replaced, so that an update cut short (a power cut, a kill) is rolled
+#   back or finished at the next boot (--recover). --uninstall takes it all away again
+#   (--purge: data and user too).
 set -Eeuo pipefail
 
 PROG=install-pi.sh
@@ -29,6 +32,7 @@ STATE=/var/lib/da3-edge
 OLD_MODELS=$STATE/models  # older installs kept the models here, owned by the service user
 UNIT_DIR=/etc/systemd/system
 UNITS=(da3-edge da3-edge-serve da3-edge-publish)  # the daemon, serve (HTTP, loopback), MQTT
+FINISH_UNIT=da3-edge-finish-update  # at boot, before those: an update cut short, settled
 # serve and publish run as users of their own in the daemon's group (each reads only its
 # own secrets; the store is group-readable): systemd/README.md.
 COMPANIONS=(da3-edge-serve da3-edge-publish)
@@ -56,9 +60,11 @@ export HOME=${HOME:-/root}  # cloud-init's runcmd may run without one
 
 usage() {
     cat <<'EOF'
-usage: install-pi.sh [--from PATH] [--models DIR | --models-url URL --models-sha256 HEX]
+usage: install-pi.sh [--from PATH] [--models DIR | --models-url URL --models-sha256 HEX |
+                      --build-models SRC [--weights-sha256 HEX]]
                      [--config FILE] [--serve-users FILE] [--require-executorch]
                      [--no-start] [--ready-timeout S] [-h]
+       install-pi.sh --recover
        install-pi.sh --uninstall [--purge]
 
 Install da3-edge as a systemd service on Raspberry Pi OS 64-bit (bookworm, trixie).
@@ -72,6 +78,14 @@ options:
   --models-url URL      download a .tar.gz of a model directory (https://, file://)
   --models-sha256 HEX   the SHA-256 of that .tar.gz (required with --models-url),
                         checked before anything is extracted or installed
+  --build-models SRC    build the models here from DA3's release file, with no torch
+                        (`da3-edge models build --for-config`: the cores the config
+                        needs): SRC is a release folder (config.json +
+                        model.safetensors), or 'hub' to fetch it from the Hugging
+                        Face hub first (HF_ENDPOINT names a mirror) into
+                        /var/cache/da3-edge/release, resumed if cut short
+  --weights-sha256 HEX  with --build-models hub: the release file's SHA-256 (else the
+                        hub's own is checked)
   --config FILE         install this config as /etc/da3-edge/da3-edge.toml
                         (checked first; a different one there is kept as .old)
   --serve-users FILE    the page's login for the LAN (one user:password line, the
@@ -86,6 +100,9 @@ options:
   --ready-timeout S     a new program beside one in service: seconds each unit has
                         to come up after the switch (the daemon: READY), else the
                         one before is back in service, in one step (default: 180)
+  --recover             finish or roll back an update that a power cut or a kill
+                        interrupted (da3-edge-finish-update.service runs this at
+                        boot, before the other units), then exit
   --uninstall           stop and remove the units and /opt/da3-edge (the venv, and
                         the copy of this script the install leaves there to run
                         this); keep /etc/da3-edge and the models
@@ -105,20 +122,135 @@ Frames then appear in /run/da3-edge. Check with: systemctl status da3-edge;
 EOF
 }
 
-MODELS_BEFORE=""  # the models this run replaced, until the run stands (put_back)
-CONFIG_BEFORE=""  # the config this run replaced, likewise
-put_back() {  # a run that does not stand leaves the models and config as they were
-    local models=$MODELS_BEFORE config=$CONFIG_BEFORE
-    MODELS_BEFORE="" CONFIG_BEFORE=""
+# ---------------------------------------------------------------------------- the update record
+# An update replaces what is in service one rename at a time: the models, files in /etc
+# (the config, serve's login and drop-in, the units), the venv link. Before the first,
+# $RECORD says durably what was in service, and each thing is recorded before it is
+# replaced. A run that does not stand (an error, a kill, a power cut) is rolled back
+# from it: on this run's way out, else at the next boot (da3-edge-finish-update.service
+# runs --recover before the units start), else by the next run. Once every unit it
+# restarted is up the record says "up": what is left is cleanup, finished the same ways.
+# docs/reliability.md ("Updates"): the guarantees, and the kill list that tests them.
+RECORD=$OPT/.update
+MODELS_BEFORE=""  # where this run moved the models in service, until the run stands
+# Fault injection for the kill list (scripts/arm/installer-check.sh): at the commit
+# point named, the run kills itself (NAME) or sends itself SIGHUP (NAME:hup).
+KILL_AT=${DA3_EDGE_INSTALL_KILL_AT:-}
+point() {  # point LINK VENV: the link names that venv, replaced in one rename
+    ln -sfn "venvs/$(basename "$2")" "$OPT/.venv-link"
+    mv -T "$OPT/.venv-link" "$1"
+}
+commit() {  # commit NAME: what was written is on the card before the run goes on
+    sync
+    case $KILL_AT in
+        "$1") kill -KILL $$ ;;
+        "$1:hup") kill -HUP $$ ;;
+    esac
+}
+record_set() {  # record_set KEY VALUE, durably (written aside, then renamed)
+    printf '%s\n' "$2" >"$RECORD/.$1.new"
+    sync "$RECORD/.$1.new"
+    mv -T "$RECORD/.$1.new" "$RECORD/$1"
+    sync "$RECORD"
+}
+record_get() { cat "$RECORD/$1" 2>/dev/null || true; }
+record_begin() {  # before the first thing in service is replaced (a first install: nothing yet)
+    [ ! -d "$RECORD" ] || return 0
+    rm -rf "$RECORD.new"
+    mkdir -m 0700 "$RECORD.new" "$RECORD.new/files"
+    echo switching >"$RECORD.new/phase"
+    echo "${CUR:-}" >"$RECORD.new/venv"
+    [ "${NEW:-}" = "${CUR:-}" ] || echo "$NEW" >"$RECORD.new/new"  # the venv this run made
+    sync "$RECORD.new"/* "$RECORD.new/files" "$RECORD.new"
+    mv -T "$RECORD.new" "$RECORD"
+    sync "$OPT"
+    commit record
+}
+record_file() {  # record_file PATH: PATH as it is (or that it is absent), before this run changes it
+    [ -d "$RECORD" ] || return 0
+    local key=${1//\//%}
+    [ ! -e "$RECORD/files/$key" ] && [ ! -e "$RECORD/files/$key.absent" ] || return 0
+    if [ -e "$1" ]; then
+        cp -p "$1" "$RECORD/files/.$key.new"
+        sync "$RECORD/files/.$key.new"
+        mv -T "$RECORD/files/.$key.new" "$RECORD/files/$key"
+    else
+        : >"$RECORD/files/$key.absent"
+    fi
+    sync "$RECORD/files"
+}
+put_file() {  # put_file SRC DEST [install's options]: DEST replaced in one rename, recorded first
+    local src=$1 dest=$2
+    shift 2
+    record_file "$dest"
+    install "$@" "$src" "$dest.new"
+    sync "$dest.new"
+    mv -T "$dest.new" "$dest"
+}
+undo_update() {  # everything the record names put back as it was; the record goes last
+    local venv path key dest models new back=()
+    venv=$(record_get venv)
+    if [ -n "$venv" ] && [ -d "$venv" ] && { [ -L "$VENV" ] || [ ! -e "$VENV" ]; } \
+        && [ "$(readlink -f "$VENV")" != "$venv" ]; then
+        point "$VENV" "$venv"
+        back+=("$VENV -> venvs/$(basename "$venv")")
+    fi
+    for path in "$RECORD"/files/*; do
+        [ -e "$path" ] || continue
+        key=${path##*/}
+        dest=${key//%//}
+        if [ "${key%.absent}" != "$key" ]; then  # it was not there
+            dest=${dest%.absent}
+            [ -e "$dest" ] || continue
+            rm -f "$dest"
+            back+=("$dest removed")
+        elif ! cmp -s "$path" "$dest"; then
+            cp -p "$path" "$dest.new"
+            sync "$dest.new"
+            mv -T "$dest.new" "$dest"
+            back+=("$dest")
+            [ "$dest" != "$CONFIG" ] || echo "$PROG: the config before this run is back in $CONFIG" >&2
+        fi
+    done
+    models=$(record_get models)
     if [ -n "$models" ] && [ -d "$models" ]; then
         rm -rf "$MODELS"
         mv -T "$models" "$MODELS"
         echo "$PROG: the models before this run are back in $MODELS" >&2
+        back+=("$MODELS")
     fi
-    if [ -n "$config" ] && [ -f "$config" ]; then
-        install -m 0644 "$config" "$CONFIG"
-        echo "$PROG: the config before this run is back in $CONFIG" >&2
+    # What the update made and never put in service: its venv, its staged models.
+    new=$(record_get new)
+    [ -z "$new" ] || [ "$(readlink -f "$VENV")" = "$new" ] || rm -rf "$new"
+    rm -rf "$OPT"/.models-new.*
+    sync
+    rm -rf "$RECORD"
+    sync "$OPT"
+    [ ${#back[@]} -eq 0 ] || echo "$PROG: put back as before this run: ${back[*]}" >&2
+}
+finish_update() {  # the update came up: what it replaced goes, the venv before it is kept
+    local venv models
+    venv=$(record_get venv)
+    models=$(record_get models)
+    [ -z "$models" ] || rm -rf "$models"
+    if [ -n "$venv" ] && [ -d "$venv" ] && [ "$(readlink -f "$VENV")" != "$venv" ]; then
+        point "$VENV_BEFORE" "$venv"
     fi
+    sync
+    rm -rf "$RECORD"
+    sync "$OPT"
+}
+settle() {  # an update this run (or one cut short) left: finished if it came up, else rolled back
+    [ -d "$RECORD" ] || return 0
+    if [ "$(record_get phase)" = up ]; then
+        finish_update
+    else
+        undo_update
+    fi
+}
+put_back() {  # a run that does not stand leaves what is in service as it was
+    MODELS_BEFORE=""
+    [ ! -d "$RECORD" ] || [ "$(record_get phase)" = up ] || undo_update
 }
 die() {
     put_back
@@ -133,9 +265,9 @@ usage_error() {
 }
 
 STEP="start"
-step() {
+step() {  # each step with the time since the run began: slow told from stuck
     STEP=$1
-    echo "==> $1"
+    echo "==> $1 (at ${SECONDS} s)"
 }
 
 note() { echo "    $*"; }
@@ -145,6 +277,7 @@ note() { echo "    $*"; }
 trap 'rc=$?; put_back; echo "$PROG: error: step \"$STEP\" failed (exit $rc); see the output above" >&2; exit $rc' ERR
 
 FROM=""
+RECOVER=0
 CONFIG_FILE=""
 SERVE_USERS=""
 REQUIRE_ET=0
@@ -153,6 +286,8 @@ PURGE=0
 MODELS_DIR=""
 MODELS_URL=""
 MODELS_SHA256=""
+BUILD_FROM=""
+WEIGHTS_SHA256=""
 START=1
 READY_TIMEOUT=180
 while [ $# -gt 0 ]; do
@@ -166,6 +301,10 @@ while [ $# -gt 0 ]; do
         --models-url=*) MODELS_URL=${1#*=}; shift ;;
         --models-sha256) [ $# -ge 2 ] || usage_error "--models-sha256 needs a HEX digest"; MODELS_SHA256=$2; shift 2 ;;
         --models-sha256=*) MODELS_SHA256=${1#*=}; shift ;;
+        --build-models) [ $# -ge 2 ] || usage_error "--build-models needs a release folder or 'hub'"; BUILD_FROM=$2; shift 2 ;;
+        --build-models=*) BUILD_FROM=${1#*=}; shift ;;
+        --weights-sha256) [ $# -ge 2 ] || usage_error "--weights-sha256 needs a HEX digest"; WEIGHTS_SHA256=$2; shift 2 ;;
+        --weights-sha256=*) WEIGHTS_SHA256=${1#*=}; shift ;;
         --config) [ $# -ge 2 ] || usage_error "--config needs a FILE"; CONFIG_FILE=$2; shift 2 ;;
         --config=*) CONFIG_FILE=${1#*=}; shift ;;
         --serve-users) [ $# -ge 2 ] || usage_error "--serve-users needs a FILE"; SERVE_USERS=$2; shift 2 ;;
@@ -174,6 +313,7 @@ while [ $# -gt 0 ]; do
         --no-start) START=0; shift ;;
         --ready-timeout) [ $# -ge 2 ] || usage_error "--ready-timeout needs seconds"; READY_TIMEOUT=$2; shift 2 ;;
         --ready-timeout=*) READY_TIMEOUT=${1#*=}; shift ;;
+        --recover) RECOVER=1; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
         --purge) PURGE=1; shift ;;
         *) usage_error "unknown argument: $1" ;;
@@ -182,14 +322,24 @@ done
 
 # ---------------------------------------------------------------------------- checks
 if [ $UNINSTALL -eq 1 ]; then
-    [ -z "$FROM$MODELS_DIR$MODELS_URL$MODELS_SHA256$CONFIG_FILE$SERVE_USERS" ] && [ $REQUIRE_ET$START = 01 ] \
-        || usage_error "--uninstall takes only --purge"
+    [ -z "$FROM$MODELS_DIR$MODELS_URL$MODELS_SHA256$BUILD_FROM$WEIGHTS_SHA256$CONFIG_FILE$SERVE_USERS" ] \
+        && [ $REQUIRE_ET$START = 01 ] || usage_error "--uninstall takes only --purge"
 elif [ $PURGE -eq 1 ]; then
     usage_error "--purge goes with --uninstall"
+fi
+if [ $RECOVER -eq 1 ]; then
+    [ -z "$FROM$MODELS_DIR$MODELS_URL$MODELS_SHA256$BUILD_FROM$WEIGHTS_SHA256$CONFIG_FILE$SERVE_USERS" ] \
+        && [ $REQUIRE_ET$START$UNINSTALL = 010 ] || usage_error "--recover takes no other argument"
 fi
 [[ $READY_TIMEOUT =~ ^[0-9]+(\.[0-9]+)?$ ]] && [ "$READY_TIMEOUT" != 0 ] \
     || usage_error "--ready-timeout must be a number of seconds above 0"
 [ -n "$MODELS_DIR" ] && [ -n "$MODELS_URL" ] && usage_error "--models and --models-url exclude each other"
+[ -n "$BUILD_FROM" ] && [ -n "$MODELS_DIR$MODELS_URL" ] && usage_error "--build-models excludes --models and --models-url"
+if [ -n "$WEIGHTS_SHA256" ]; then
+    [ "$BUILD_FROM" = hub ] || usage_error "--weights-sha256 goes with --build-models hub"
+    WEIGHTS_SHA256=$(printf '%s' "$WEIGHTS_SHA256" | tr 'A-F' 'a-f')
+    [[ $WEIGHTS_SHA256 =~ ^[0-9a-f]{64}$ ]] || usage_error "--weights-sha256 must be 64 hex digits"
+fi
 if [ -n "$MODELS_URL" ]; then
     [ -n "$MODELS_SHA256" ] || usage_error "--models-url needs --models-sha256 (the .tar.gz's SHA-256)"
     MODELS_SHA256=$(printf '%s' "$MODELS_SHA256" | tr 'A-F' 'a-f')
@@ -198,6 +348,14 @@ elif [ -n "$MODELS_SHA256" ]; then
     usage_error "--models-sha256 goes with --models-url"
 fi
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo $0 ...)"
+# The terminal may go (an SSH session dropped, sudo's pty closed): the run goes on.
+# SIGHUP is ignored, by the programs it starts too; on a terminal, the output passes
+# through tee, which writes on to /dev/null when the terminal cannot take it, so that
+# no write of this script fails (a failed write would end the run half way).
+trap '' HUP
+if [ -t 1 ] || [ -t 2 ]; then
+    exec > >(tee --output-error=warn /dev/null) 2> >(tee --output-error=warn /dev/null >&2)
+fi
 # /run is root's alone (/run/lock is writable by every user): nobody else can plant the lock.
 exec 9>/run/da3-edge-install.lock
 lock_holders() {  # "pid N: command, ..." of the processes other than this one with file $1 open
@@ -213,12 +371,33 @@ lock_holders() {  # "pid N: command, ..." of the processes other than this one w
 }
 flock -n 9 || die "another $PROG is running ($(lock_holders /run/da3-edge-install.lock 9>&-))"
 
+# An update a power cut or a kill interrupted: finished if it had come up, else rolled
+# back, before anything else (at boot, before the units start: --recover).
+if [ -d "$RECORD" ]; then
+    step "an update cut short ($(record_get phase))"
+    settle
+    if [ -d /run/systemd/system ] && [ $RECOVER -eq 0 ]; then
+        systemctl daemon-reload
+        for unit in "${UNITS[@]}"; do
+            ! systemctl is-active --quiet "$unit" || systemctl restart "$unit" \
+                || echo "$PROG: warning: $unit did not restart after the rollback" >&2
+        done
+    elif [ -d /run/systemd/system ]; then
+        systemctl daemon-reload
+    fi
+fi
+rm -rf "$RECORD.new"
+if [ $RECOVER -eq 1 ]; then
+    echo "==> done: no update in progress"
+    exit 0
+fi
+
 # ---------------------------------------------------------------------------- uninstall
 if [ $UNINSTALL -eq 1 ]; then
     if [ $PURGE -eq 1 ]; then step "uninstall --purge"; else step "uninstall"; fi
     systemd_up=0
     [ -d /run/systemd/system ] && systemd_up=1
-    for unit in "${UNITS[@]}"; do
+    for unit in "$FINISH_UNIT" "${UNITS[@]}"; do
         [ -e "$UNIT_DIR/$unit.service" ] || continue
         if [ $systemd_up -eq 1 ]; then
             systemctl disable --now "$unit" 2>&1 | sed 's/^/    /'
@@ -240,7 +419,7 @@ if [ $UNINSTALL -eq 1 ]; then
         note "removed $BIN_LINK"
     fi
     if [ $PURGE -eq 1 ]; then
-        for unit in "${UNITS[@]}"; do rm -rf "$UNIT_DIR/$unit.service.d"; done
+        for unit in "$FINISH_UNIT" "${UNITS[@]}"; do rm -rf "$UNIT_DIR/$unit.service.d"; done
         # The store is the daemon's RuntimeDirectory (gone with the unit's stop); a store
         # left by a daemon run by hand, and the first boot's log, go too.
         rm -rf "$ETC" "$STATE" "$CACHE" /run/da3-edge /var/log/da3-edge-install.log
@@ -264,12 +443,16 @@ fi
 # bundle and an installed da3-edge (edge/data/deploy/) each hold them.
 for f in requirements/runtime.txt requirements/runtime-numpy1.txt requirements/uv.txt \
     systemd/README.md systemd/da3-edge.service systemd/da3-edge-serve.service \
-    systemd/da3-edge-publish.service systemd/serve-lan.conf; do
+    systemd/da3-edge-publish.service systemd/serve-lan.conf systemd/$FINISH_UNIT.service; do
     [ -f "$SRC/$f" ] || die "$SRC/$f is missing: run the script from a da3-edge checkout, a card's bundle or an installed da3-edge's edge/data/deploy/"
 done
 if [ -n "$MODELS_DIR" ]; then
     [ -f "$MODELS_DIR/manifest.json" ] || die "--models $MODELS_DIR: no manifest.json there"
     MODELS_DIR=$(cd "$MODELS_DIR" && pwd)
+fi
+if [ -n "$BUILD_FROM" ] && [ "$BUILD_FROM" != hub ]; then
+    [ -f "$BUILD_FROM/model.safetensors" ] || die "--build-models $BUILD_FROM: no model.safetensors there (a release folder, or 'hub')"
+    BUILD_FROM=$(cd "$BUILD_FROM" && pwd)
 fi
 if [ -n "$CONFIG_FILE" ]; then
     [ -f "$CONFIG_FILE" ] || die "--config $CONFIG_FILE: no such file"
@@ -303,7 +486,7 @@ HOLD=""  # a root-only folder the models of an older install are moved into
 NEW=""  # the venv this run installs into; removed on a failure unless it is in service
 cleanup() {
     put_back
-    rm -rf "$TMP" "$OPT"/.models-new.* "$OPT/.venv-link" "$PULLED" ${HOLD:+"$HOLD"}
+    rm -rf "$TMP" "$OPT"/.models-new.* "$OPT"/.models-built.* "$OPT/.venv-link" "$PULLED" ${HOLD:+"$HOLD"}
     if [ -n "$NEW" ] && [ "$NEW" != "$(readlink -f "$VENV")" ] && [ "$NEW" != "${CUR:-}" ]; then
         rm -rf "$NEW"
     fi
@@ -458,10 +641,6 @@ with_uv() {  # the pinned uv in venv $1: the service's copy (hash-checked when i
         note "installed $("$1/bin/uv" --version) in $1 from PyPI (hash-checked)"
     fi
 }
-point() {  # point LINK VENV: the link names that venv, replaced in one rename
-    ln -sfn "venvs/$(basename "$2")" "$OPT/.venv-link"
-    mv -T "$OPT/.venv-link" "$1"
-}
 seed() {  # NEW starts as hard links of CUR's packages: uv installs and compiles what differs
     local rel first f
     rel=$("$NEW/bin/python" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib")[len(sys.prefix) + 1:])')
@@ -562,6 +741,33 @@ if "$NEW/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.fin
     note "picamera2 imports in the venv (numpy $("$NEW/bin/python" -c 'import numpy; print(numpy.__version__)'))"
 fi
 
+# ---------------------------------------------------------------------------- the record begins
+# What settles an update cut short comes first, and whole: this script's copy (what
+# --recover runs) and the unit that runs it at boot. Then the new venv goes to the card,
+# and the record of what is in service is written before the first of it is replaced.
+step "update record"
+install -d -m 0755 "$OPT"
+if cmp -s "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"; then
+    note "unchanged: $OPT/install-pi.sh"
+else
+    install -m 0755 "$SRC/scripts/install-pi.sh" "$OPT/.install-pi.sh.new"
+    sync "$OPT/.install-pi.sh.new"
+    mv -T "$OPT/.install-pi.sh.new" "$OPT/install-pi.sh"
+    note "copied $OPT/install-pi.sh (sudo bash $OPT/install-pi.sh --uninstall removes da3-edge)"
+fi
+if cmp -s "$SRC/systemd/$FINISH_UNIT.service" "$UNIT_DIR/$FINISH_UNIT.service"; then
+    note "unchanged: $UNIT_DIR/$FINISH_UNIT.service"
+else
+    install -m 0644 "$SRC/systemd/$FINISH_UNIT.service" "$UNIT_DIR/.$FINISH_UNIT.service.new"
+    mv -T "$UNIT_DIR/.$FINISH_UNIT.service.new" "$UNIT_DIR/$FINISH_UNIT.service"
+    note "installed $UNIT_DIR/$FINISH_UNIT.service (settles an update cut short, at boot)"
+fi
+[ "$(systemctl is-enabled "$FINISH_UNIT" 2>/dev/null || true)" = enabled ] \
+    || systemctl enable "$FINISH_UNIT" 2>&1 | sed 's/^/    /'
+commit staged
+record_begin
+note "$RECORD: what is in service now, kept until this run stands"
+
 # da3-edge on every user's PATH, looking at the service's models and store unless told
 # otherwise (DA3_EDGE_MODELS, DA3_EDGE_STORE, or the flags).
 cat >"$TMP/da3-edge" <<WRAPPER
@@ -575,7 +781,7 @@ WRAPPER
 if cmp -s "$TMP/da3-edge" "$BIN_LINK"; then
     note "unchanged: $BIN_LINK"
 else
-    install -m 0755 "$TMP/da3-edge" "$BIN_LINK"
+    put_file "$TMP/da3-edge" "$BIN_LINK" -m 0755
     note "installed $BIN_LINK (da3-edge for every user)"
 fi
 
@@ -610,6 +816,53 @@ else
 fi
 
 find "$NEW" -maxdepth 1 -name '*.lock' -type f -perm /022 -exec chmod go-w {} +
+
+# ---------------------------------------------------------------------------- models, built
+# From DA3's release file, with the new program (numpy, no torch), as root into root's
+# folder: the release came whole and hash-checked (the hub's SHA-256, or --weights-sha256),
+# and its reader is da3-edge's own bounded one. The cores the config needs; then they are
+# installed like any models (checked, as the service user, before they replace any).
+RELEASE=$CACHE/release
+if [ -n "$BUILD_FROM" ]; then
+    step "models: built from DA3's release"
+    started=$SECONDS
+    install -d -m 0755 "$CACHE"
+    # Kept in $RELEASE (readable by the service user, whose models --verify reads it): a
+    # later size is built from it with no download, and the check finds it. (sed -u: each
+    # progress line as it comes.)
+    if [ "$BUILD_FROM" = hub ]; then
+        "$NEW/bin/da3-edge" models fetch --out "$RELEASE" ${WEIGHTS_SHA256:+--sha256 "$WEIGHTS_SHA256"} \
+            2>&1 | sed -u 's/^/    /'
+    elif ! cmp -s "$BUILD_FROM/model.safetensors" "$RELEASE/model.safetensors"; then
+        rm -rf "$RELEASE.new"
+        mkdir -p "$RELEASE.new"
+        cp -- "$BUILD_FROM/model.safetensors" "$RELEASE.new/"
+        [ ! -f "$BUILD_FROM/config.json" ] || cp -- "$BUILD_FROM/config.json" "$RELEASE.new/"
+        rm -rf "$RELEASE"
+        mv -T "$RELEASE.new" "$RELEASE"
+    fi
+    chmod -R u=rwX,go=rX "$RELEASE"
+    weights=$(sha256sum "$RELEASE/model.safetensors" | cut -d' ' -f1)
+    note "release in $RELEASE, SHA-256 $weights ($((SECONDS - started)) s)"
+    build_config=${CONFIG_FILE:-$CONFIG}
+    if [ ! -f "$build_config" ]; then
+        build_config=$TMP/default.toml
+        "$NEW/bin/da3-edge" run --print-default-config >"$build_config"
+    fi
+    started=$SECONDS
+    built=$(mktemp -d "$OPT/.models-built.XXXXXX")
+    # Over a copy of the models in service when they are this release's: a core that
+    # comes out the same keeps its entry, and the same models install as unchanged.
+    if grep -q "\"sha256:$weights\"" "$MODELS/manifest.json" 2>/dev/null; then
+        for f in "$MODELS"/manifest.json "$MODELS"/*.tflite "$MODELS"/*.pte; do
+            [ ! -f "$f" ] || cp -p -- "$f" "$built/"
+        done
+    fi
+    "$NEW/bin/da3-edge" models build --weights "$RELEASE" --for-config "$build_config" \
+        --out "$built" 2>&1 | sed -u 's/^/    /'
+    note "built in $((SECONDS - started)) s"
+    NEW_MODELS=$built
+fi
 
 # ---------------------------------------------------------------------------- models, installed
 same_models() {  # same model files, same bytes?
@@ -659,20 +912,26 @@ if [ -n "$NEW_MODELS" ]; then
         # Checked (sizes, SHA-256, each core model loads) before it replaces anything, as
         # the service user: LiteRT parses files that came from elsewhere, not as root.
         as_service "$NEW/bin/da3-edge" models --verify --models "$stage" | sed 's/^/    /'
+        commit models-staged
         if [ -d "$MODELS" ]; then
-            # Kept until the run stands: a later step's failure, or a rollback, puts it back.
+            # Kept until the run stands: a later step's failure, a rollback, a kill or a
+            # power cut puts it back (the record names it before it moves).
             rm -rf "$OPT"/.models-old.*  # a run cut short left it; the models in place stay
             MODELS_BEFORE="$OPT/.models-old.$$"
+            record_set models "$MODELS_BEFORE"
             mv -T "$MODELS" "$MODELS_BEFORE"
+            commit models-out
             mv -T "$stage" "$MODELS" || die "cannot move the new models into place"
         else
             mv -T "$stage" "$MODELS"
         fi
+        commit models
         CHANGED_MODELS=1
         note "installed"
     fi
     if [ -n "$MODELS_URL" ]; then
-        echo "$MODELS_SHA256" >"$MODELS/.tar-sha256"
+        [ "$(cat "$MODELS/.tar-sha256" 2>/dev/null)" = "$MODELS_SHA256" ] \
+            || echo "$MODELS_SHA256" >"$MODELS/.tar-sha256"
     else
         rm -f "$MODELS/.tar-sha256"
     fi
@@ -697,17 +956,17 @@ if [ -n "$CONFIG_FILE" ]; then
     else
         if [ -e "$CONFIG" ]; then
             cp -p "$CONFIG" "$CONFIG.old"
-            CONFIG_BEFORE=$CONFIG.old
             note "the previous config kept as $CONFIG.old"
         fi
-        install -m 0644 "$CONFIG_FILE" "$CONFIG"
+        put_file "$CONFIG_FILE" "$CONFIG" -m 0644
+        commit config
         note "installed from $CONFIG_FILE"
     fi
 elif [ -e "$CONFIG" ]; then
     note "exists: left as it is"
 else
     "$NEW/bin/da3-edge" run --print-default-config >"$TMP/da3-edge.toml"
-    install -m 0644 "$TMP/da3-edge.toml" "$CONFIG"
+    put_file "$TMP/da3-edge.toml" "$CONFIG" -m 0644
     note "created from da3-edge run --print-default-config"
 fi
 DA3_EDGE_MODELS=$MODELS "$NEW/bin/da3-edge" run --config "$CONFIG" --check-config | sed 's/^/    /'
@@ -732,11 +991,10 @@ fi
 
 if [ -n "$SERVE_USERS" ]; then
     step "serve on the LAN"
-    SERVE_USERS_USER=$(cut -d: -f1 "$SERVE_USERS")
     if cmp -s "$SERVE_USERS" "$ETC/serve-users"; then
         note "unchanged: $ETC/serve-users"
     else
-    install -o "${COMPANIONS[0]}" -g "$USER_NAME" -m 0600 "$SERVE_USERS" "$ETC/serve-users"
+    put_file "$SERVE_USERS" "$ETC/serve-users" -o "${COMPANIONS[0]}" -g "$USER_NAME" -m 0600
         note "installed $ETC/serve-users (readable by ${COMPANIONS[0]} only)"
     fi
     lan=$UNIT_DIR/da3-edge-serve.service.d/lan.conf
@@ -744,7 +1002,7 @@ if [ -n "$SERVE_USERS" ]; then
     if cmp -s "$SRC/systemd/serve-lan.conf" "$lan"; then
         note "unchanged: $lan"
     else
-        install -m 0644 "$SRC/systemd/serve-lan.conf" "$lan"
+        put_file "$SRC/systemd/serve-lan.conf" "$lan" -m 0644
         CHANGED_UNIT=1
         note "installed $lan (loopback, link-local, 10/8, 172.16/12, 192.168/16, fc00::/7)"
     fi
@@ -769,20 +1027,11 @@ if [ -d "$OPT/docs" ]; then  # an older install's copy: the docs live with the s
     note "removed $OPT/docs"
 fi
 sync_dir "$SRC/systemd" "$OPT/systemd"
-# A copy of this script, for --uninstall once the checkout or the card's bundle is gone.
-if cmp -s "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"; then
-    note "unchanged: $OPT/install-pi.sh"
-else
-    install -m 0755 "$SRC/scripts/install-pi.sh" "$OPT/install-pi.sh"
-    note "copied $OPT/install-pi.sh (sudo bash $OPT/install-pi.sh --uninstall removes da3-edge)"
-fi
-mkdir -p "$TMP/units-before"  # for a rollback (step "service")
 for unit in "${UNITS[@]}"; do
-    [ ! -f "$UNIT_DIR/$unit.service" ] || cp -p "$UNIT_DIR/$unit.service" "$TMP/units-before/"
     if cmp -s "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"; then
         note "unchanged: $UNIT_DIR/$unit.service"
     else
-        install -m 0644 "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service"
+        put_file "$SRC/systemd/$unit.service" "$UNIT_DIR/$unit.service" -m 0644
         CHANGED_UNIT=1
         note "installed $UNIT_DIR/$unit.service"
     fi
@@ -794,6 +1043,7 @@ for unit in "${UNITS[@]}"; do
         systemctl enable "$unit" 2>&1 | sed 's/^/    /'
     fi
 done
+commit units
 
 # ---------------------------------------------------------------------------- switch
 step "switch"
@@ -803,10 +1053,12 @@ if [ "$NEW" = "$CUR" ]; then
 else
     if [ -n "$CUR" ] && [ ! -L "$VENV" ]; then  # an older install's venv, made in place
         CUR=$VENVS/$(date -u +%Y%m%dT%H%M%SZ)-before
+        record_set venv "$CUR"
         mv -T "$VENV" "$CUR"
     fi
     [ -L "$VENV" ] || rm -rf "$VENV"  # one cut short: nothing to go back to
     point "$VENV" "$NEW"
+    commit switch
     PREVIOUS=$CUR
     note "$VENV -> venvs/$(basename "$NEW")${PREVIOUS:+ (before: $(basename "$PREVIOUS"))}"
 fi
@@ -833,11 +1085,7 @@ rollback() {  # the venv, units, models and config this run replaced back, then 
     local waited=$((SECONDS - STARTED)) how
     how="it failed after $waited s"
     [ "$waited" -lt "$READY_TIMEOUT" ] || how="not up within $READY_TIMEOUT s, --ready-timeout"
-    point "$VENV" "$PREVIOUS"
-    for unit in "${UNITS[@]}"; do
-        [ ! -f "$TMP/units-before/$unit.service" ] \
-            || install -m 0644 "$TMP/units-before/$unit.service" "$UNIT_DIR/$unit.service"
-    done
+    commit rollback
     put_back
     systemctl daemon-reload
     for unit in "${RESTARTED[@]}"; do
@@ -891,13 +1139,14 @@ else
     systemctl --no-pager --lines=0 status da3-edge da3-edge-serve | sed 's/^/    /' || true
 fi
 
-# The run stands: the models and config it replaced go (the config's copy stays as
-# .old); the venv before the switch stays (venv-before); any other venv (older, or one
-# cut short) goes.
-[ -z "$MODELS_BEFORE" ] || rm -rf "$MODELS_BEFORE"
-MODELS_BEFORE="" CONFIG_BEFORE=""
+# The run stands (the record says so first): the models it replaced go (the config's
+# copy stays as .old); the venv before the switch stays (venv-before); any other venv
+# (older, or one cut short) goes.
+[ ! -d "$RECORD" ] || record_set phase up
+commit up
+MODELS_BEFORE=""
+settle
 if [ -n "$PREVIOUS" ]; then
-    point "$VENV_BEFORE" "$PREVIOUS"
     note "the one before kept: $VENV_BEFORE -> venvs/$(basename "$PREVIOUS")"
 fi
 for old in "$VENVS"/*; do
@@ -909,9 +1158,14 @@ done
 
 echo "==> done: frames appear in /run/da3-edge while the service runs."
 echo "    Check: systemctl status da3-edge; $VENV/bin/da3-edge doctor"
-if [ -n "$SERVE_USERS" ]; then
-    echo "    Live view: http://$(hostname).local:8000/ or http://ADDRESS:8000/ (hostname -I) from the LAN,"
-    echo "    as $SERVE_USERS_USER with the password da3-edge card printed"
+# Where the page is, from what is installed (not this run's flags): the LAN when serve's
+# drop-in lets it in, its login is there and the config listens beyond loopback.
+serve_host=$("$VENV/bin/da3-edge" config get serve.host --config "$CONFIG" 2>/dev/null || true)
+serve_port=$("$VENV/bin/da3-edge" config get serve.port --config "$CONFIG" 2>/dev/null || echo 8000)
+if [ -f "$UNIT_DIR/da3-edge-serve.service.d/lan.conf" ] && [ -f "$ETC/serve-users" ] \
+    && [ -n "$serve_host" ] && [ "${serve_host#127.}" = "$serve_host" ] && [ "$serve_host" != ::1 ]; then
+    echo "    Live view: http://$(hostname).local:$serve_port/ or http://ADDRESS:$serve_port/ (hostname -I) from the LAN,"
+    echo "    as $(cut -d: -f1 "$ETC/serve-users") with the password da3-edge card printed"
 else
-    echo "    Live view: http://127.0.0.1:8000/ on this machine (da3-edge-serve; elsewhere: systemd/README.md)"
+    echo "    Live view: http://127.0.0.1:$serve_port/ on this machine (da3-edge-serve; elsewhere: systemd/README.md)"
 fi

@@ -4,11 +4,13 @@
 # changes nothing. Needs root, unshare, chroot, and qemu-aarch64-static registered with
 # binfmt_misc (flag F) on a non-arm64 host; the chroot needs deb.debian.org and PyPI.
 #
-#   scripts/arm/installer-check.sh ROOTFS_TAR MODELS_DIR
+#   scripts/arm/installer-check.sh ROOTFS_TAR MODELS_DIR [RELEASE_DIR]
 #
 # ROOTFS_TAR: e.g. mmdebstrap --architectures=arm64 --variant=minbase
 #   --include=python3,ca-certificates bookworm rootfs.tar
 # MODELS_DIR: a model directory (manifest.json + *.tflite), e.g. .cache/tests/small.
+# RELEASE_DIR: the release those were made from (config.json + model.safetensors), for
+#   --build-models: the Pi building its own models.
 #
 # Each run extracts a fresh copy of the tarball into a temporary directory, mounts what
 # the chroot needs in a private mount and PID namespace (gone when the check ends, even
@@ -33,7 +35,8 @@ if [ "${1:-}" = --inner ]; then
     mount -t sysfs -o ro sysfs "$ROOT/sys"
     mount -t tmpfs -o mode=0755 tmpfs "$ROOT/run"  # no /run/systemd/system: systemd is not running
     mkdir -p "$ROOT/run/lock"
-    for pair in "$SNAP:/src" "$WORK/dist:/mnt/dist" "$WORK/models:/mnt/models" "$WORK/url:/mnt/url"; do
+    for pair in "$SNAP:/src" "$WORK/dist:/mnt/dist" "$WORK/models:/mnt/models" "$WORK/url:/mnt/url" \
+        "$WORK/release:/mnt/release"; do
         mkdir -p "$ROOT${pair#*:}"
         mount --bind "${pair%%:*}" "$ROOT${pair#*:}"
         mount -o remount,bind,ro "$ROOT${pair#*:}"
@@ -262,6 +265,8 @@ PY
         --serve-users /mnt/url/serve-users || bad "--serve-users again: exit non-zero"
     snapshot >"$WORK/after3c.snap"
     check "--serve-users again: nothing changed" same_snapshot after3b after3c
+    check "--serve-users with the config on loopback: the last line says the page is on this machine" \
+        grep -q "Live view: http://127.0.0.1:8000/ on this machine" "$WORK/run3c.out"
 
     # 3d. The service user plants links where root's installer wrote before (the pack's
     # hash file, the old models' parking place for every PID) to a file and a folder of
@@ -473,6 +478,85 @@ PY
     }
     check "a package's command in it runs on its own python: uvicorn --version: ${uvicorn:0:60}" own_command
 
+    # 6e. The update kill list (docs/reliability.md, "Updates"): an update with other
+    # models and config (and from the switch on, the next version), killed (SIGKILL: a
+    # power cut) at each of its commit points; then what the boot runs (install-pi.sh --recover, the unit
+    # da3-edge-finish-update's command). The version in service is the one before or
+    # the new one, whole: its venv, its models, its config. SIGHUP (a dropped SSH
+    # session) is ignored: the update finishes. (No systemd runs here: the READY wait
+    # and a rollback's kill are the VM's.)
+    in_service() {  # the version in service and the SHA-256 of its models and config
+        in_root /opt/da3-edge/venv/bin/da3-edge --version 2>&1
+        (cd "$ROOT/opt/da3-edge/models" && sha256sum manifest.json ./*.tflite)
+        sha256sum <"$ROOT/etc/da3-edge/da3-edge.toml"
+    }
+    mkdir -p "$ROOT/tmp/set-a" "$ROOT/tmp/set-b"
+    cp "$ROOT"/opt/da3-edge/models/* "$ROOT/etc/da3-edge/da3-edge.toml" "$ROOT/tmp/set-a/"
+    cp "$ROOT"/opt/da3-edge/models/*.tflite "$ROOT"/opt/da3-edge/models/*.pte "$ROOT/tmp/set-b/"
+    python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=2)' \
+        "$ROOT/opt/da3-edge/models/manifest.json" "$ROOT/tmp/set-b/manifest.json"
+    { cat "$ROOT/etc/da3-edge/da3-edge.toml"; echo "# set b"; } >"$ROOT/tmp/set-b/da3-edge.toml"
+    in_service >"$WORK/set-a.state"
+    settled() {  # settled NAME EXPECTED: --recover ran, nothing of the update left, EXPECTED in service
+        install_run "$1-boot" --recover || return 1
+        [ ! -e "$ROOT/opt/da3-edge/.update" ] || return 1
+        [ -z "$(cd "$ROOT" && ls -d opt/da3-edge/.models-old.* 2>/dev/null)" ] || return 1
+        in_service | cmp -s - "$2" || { in_service | diff - "$2" | head -n 8; return 1; }
+        as_daemon /opt/da3-edge/venv/bin/da3-edge run --config /etc/da3-edge/da3-edge.toml --check-config >/dev/null
+    }
+    # Before the switch the same program will do (no venv to make: a third of the time).
+    for point in record models-out units switch; do
+        wheel=/mnt/dist/$WHEEL
+        [ $point != switch ] || wheel=/mnt/dist/next/$NEXT
+        RUN_ENV=DA3_EDGE_INSTALL_KILL_AT=$point install_run "kill-$point" \
+            --from "$wheel" --models /tmp/set-b --config /tmp/set-b/da3-edge.toml || rc=$?
+        check "update killed after '$point': killed there (exit ${rc:-0}), the record left" \
+            test "${rc:-0}" = 137 -a -d "$ROOT/opt/da3-edge/.update"
+        check "... at boot: rolled back, the version before in service with its models and config" \
+            settled "kill-$point" "$WORK/set-a.state"
+        unset rc
+    done
+    RUN_ENV=DA3_EDGE_INSTALL_KILL_AT=switch:hup install_run hup-switch \
+        --from "/mnt/dist/next/$NEXT" --models /tmp/set-b --config /tmp/set-b/da3-edge.toml \
+        || bad "update sent SIGHUP at the switch: exit non-zero"
+    in_service >"$WORK/set-b.state"
+    check "update sent SIGHUP at the switch: finished ($(head -n 1 "$WORK/set-b.state")), the record gone" \
+        test "$(head -n 1 "$WORK/set-b.state")" = "da3-edge $NEXT_VERSION" -a ! -e "$ROOT/opt/da3-edge/.update"
+    RUN_ENV=DA3_EDGE_INSTALL_KILL_AT=up install_run kill-up \
+        --from "/mnt/dist/$WHEEL" --models /tmp/set-a --config /tmp/set-a/da3-edge.toml || rc=$?
+    check "update back, killed once it stood ('up', exit ${rc:-0}): the record left" \
+        test "${rc:-0}" = 137 -a -d "$ROOT/opt/da3-edge/.update"
+    unset rc
+    check "... at boot: finished, the new version in service with its models and config" \
+        settled kill-up "$WORK/set-a.state"
+    rm -rf "$ROOT/tmp/set-a" "$ROOT/tmp/set-b"
+
+    # 6f. The Pi builds its own models (--build-models DIR, as first boot does with the
+    # card's release or the hub's): the cores a config with a 640x480 camera at
+    # model.size 56 runs (42x56 fp16), byte for byte the x86_64 build's, installed beside
+    # the cores of the same release already there, verified on the device (the forward
+    # check included: the release is kept where the service user reads it), the step's
+    # time shown.
+    if [ -f "$WORK/release/model.safetensors" ]; then
+        mkdir -p "$ROOT/tmp/build"
+        printf '[camera]\nsource = "fake"\nwidth = 640\nheight = 480\n[model]\nsize = 56\n' \
+            >"$ROOT/tmp/build/pi.toml"
+        install_run build1 --from "/mnt/dist/$WHEEL" --build-models /mnt/release \
+            --config /tmp/build/pi.toml || bad "--build-models: exit non-zero"
+        built=$(cd "$ROOT/opt/da3-edge/models" && ls ./*.tflite | tr '\n' ' ')
+        check "--build-models: the config's core built and installed (beside: $built)" \
+            grep -q '"file": "da3-small_42x56_fp16.tflite"' "$ROOT/opt/da3-edge/models/manifest.json"
+        check "... byte for byte the x86_64 build's" \
+            cmp -s "$ROOT/opt/da3-edge/models/da3-small_42x56_fp16.tflite" "$WORK/built-x86/da3-small_42x56_fp16.tflite"
+        check "... the step and its time in the log" \
+            grep -qE "^==> models: built from DA3's release \(at [0-9]+ s\)$" "$WORK/build1.out"
+        check "... verified on the device against numpy's DA3 (the release kept: $(ls "$ROOT/var/cache/da3-edge/release" | tr '\n' ' '))" \
+            grep -qE "forward 42x56 fp16 +Pearson .* ok$" "$WORK/build1.out"
+        rm -rf "$ROOT/tmp/build"
+    else
+        bad "--build-models: no release given (installer-check.sh ROOTFS_TAR MODELS_DIR RELEASE_DIR)"
+    fi
+
     # 7. The numpy question (docs/how-to/raspberry-pi.md): an apt-built numpy extension
     # (python3-pywt: Cython against Debian's numpy, as picamera2's simplejpeg is) must
     # import in the installed venv. numpy 2.x over a Debian numpy 1.x breaks it with
@@ -524,9 +608,14 @@ PY
 fi
 
 # ------------------------------------------------------------------ outside: set up, clean up
-[ $# -eq 2 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -eq 2 ] || [ $# -eq 3 ] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ROOTFS_TAR=$1
 MODELS_SRC=$(cd "$2" 2>/dev/null && pwd) || die "$2: no such directory"
+RELEASE_SRC=""
+if [ $# -eq 3 ]; then
+    RELEASE_SRC=$(cd "$3" 2>/dev/null && pwd) || die "$3: no such directory"
+    [ -f "$RELEASE_SRC/model.safetensors" ] || die "$RELEASE_SRC: no model.safetensors (not a release)"
+fi
 [ -f "$ROOTFS_TAR" ] || die "$ROOTFS_TAR: no such file"
 [ -f "$MODELS_SRC/manifest.json" ] || die "$MODELS_SRC: no manifest.json (not a model directory)"
 [ "$(id -u)" -eq 0 ] || die "needs root (chroot, mounts)"
@@ -592,6 +681,16 @@ echo "wheel: $WHEEL (uv build on the host)"
 mkdir -p "$WORK/models"
 cp -- "$MODELS_SRC"/manifest.json "$MODELS_SRC"/*.tflite "$WORK/models/"
 cp -- "$MODELS_SRC"/*.pte "$WORK/models/" 2>/dev/null || true
+
+# The release, and the core --build-models must make from it, built here on x86_64 (the
+# installed build on the emulated A76 must give the same bytes).
+mkdir -p "$WORK/release"
+if [ -n "$RELEASE_SRC" ]; then
+    cp -- "$RELEASE_SRC"/model.safetensors "$WORK/release/"
+    cp -- "$RELEASE_SRC"/config.json "$WORK/release/" 2>/dev/null || true
+    (cd "$CHECKOUT" && UV_PYTHON_DOWNLOADS=never uv run --frozen --no-sync da3-edge models build \
+        --weights "$WORK/release" --shape 42x56 --no-stages --out "$WORK/built-x86" >/dev/null)
+fi
 
 # The --models-url archive: a different set (the int8 core model and the stage programs).
 mkdir -p "$WORK/url/src/da3-edge-models"
