@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,11 @@ ENTRY_TEXT = f"[bash, {FIRST_BOOT}]"
 # Where the Pi fetches its models, when the card carries none (card --models URL):
 # "URL SHA256", for first-boot.sh to pass to the installer's --models-url.
 MODELS_URL = "models-url"
+MODELS_BUILD = "models-build"  # no models on the card: the Pi builds them (hub, or RELEASE)
+RELEASE = "release"  # DA3's release file on the card, for that build
 # The LAN view's login on the card (da3-edge card --view lan): user:scrypt$... only.
 SERVE_USERS = "serve-users"
+LAN_LOGIN = f"/etc/da3-edge/{SERVE_USERS}"  # where the installer puts it, as serve reads it
 LAN_USER = "viewer"
 LAN_PORT = 8000
 # What first-boot.sh leaves on the partition once it has installed (the bundle goes).
@@ -101,24 +104,48 @@ def check_partition(boot: Path) -> Path:
     return user_data
 
 
-def check_config(config: Path | None, models: Path) -> None:
+def check_config(config: Path | None, models: Path | None, carried: Collection[str] = ()) -> None:
     """The config the Pi's daemon, serve and publish will read (the installer's default
-    when None), by their rules and against the models going on the card: what the Pi
-    would refuse 10-20 minutes into its first boot, refused here in one line."""
+    when None), by their rules and against the models going on the card (None: those the
+    Pi will build, which need a graph): what the Pi would refuse 10-20 minutes into its
+    first boot, refused here in one line. A credentials file must be one the card
+    carries (``carried``: their paths on the Pi), or serve fails at every boot."""
     from edge import config as config_mod
 
     text = config_mod.read_text(config) if config else config_mod.default_text()
     try:
         parsed = config_mod.parse(text, str(config or "the default config"),
                                   parts=tuple(config_mod.SECTIONS))  # fmt: skip
+        _check_credentials(parsed, text, carried)
         if parsed.model.dir:
             raise ConfigError(
                 f"{config_mod.where(parsed.path, text, 'model', 'dir')} names a folder of "
                 "this machine: on the Pi the daemon runs the card's models (leave it empty)"
             )
-        config_mod.check_models(parsed, text, models)
+        if models is None:
+            from edge import graphs
+
+            camera = (parsed.camera.width, parsed.camera.height)
+            where = str(config or "the default config")
+            graphs.cores_for(parsed.model.precision, parsed.model.size, camera, where)
+        else:
+            config_mod.check_models(parsed, text, models)
     except ConfigError as exc:
-        raise CardError(f"{exc} (nothing written)") from None
+        hint = " (`da3-edge card --view lan` brings a login)" if "serve.host" in str(exc) else ""
+        raise CardError(f"{exc}{hint} (nothing written)") from None
+
+
+def _check_credentials(parsed: Any, text: str, carried: Collection[str]) -> None:
+    from edge import config as config_mod
+
+    for key in ("token_file", "basic_auth_file"):
+        value = getattr(parsed.serve, key)
+        if value and value not in carried:
+            raise ConfigError(
+                f"{config_mod.where(parsed.path, text, 'serve', key)} names {value}, a file "
+                "this card does not carry: serve would fail at every boot on the Pi (leave "
+                "it empty; `--view lan` brings a login, and the config that uses it)"
+            )
 
 
 def lan_config(config: Path | None) -> str:
@@ -134,7 +161,7 @@ def lan_config(config: Path | None) -> str:
     serve = doc["serve"]
     serve["host"] = "0.0.0.0"
     serve["port"] = LAN_PORT
-    serve["basic_auth_file"] = f"/etc/da3-edge/{SERVE_USERS}"
+    serve["basic_auth_file"] = LAN_LOGIN
     return tomlkit.dumps(doc)
 
 
@@ -326,7 +353,7 @@ def _walk(top: Path) -> Iterator[Path]:
 def plan(
     boot: Path,
     *,
-    models: Path,
+    models: Path | None,
     wheel: Path,
     config: Path | None = None,
     extra: dict[str, Path] | None = None,
@@ -343,9 +370,9 @@ def plan(
         raise CardError(f"{user_data}: cannot read it ({exc})") from None
     check_not_booted(boot, text)
     check_no_links(boot / BUNDLE)
-    check_config(config, models)
+    check_config(config, models, [LAN_LOGIN] if SERVE_USERS in (extra or {}) else [])
     result = Plan(boot, user_data_path=user_data, user_data=merge_user_data(text, str(user_data)))
-    sources = _bundle_sources(models if bundle_models else None, wheel, config)
+    sources = _bundle_sources(models if bundle_models and models else None, wheel, config)
     sources.update({f"{BUNDLE}/{name}": path for name, path in (extra or {}).items()})
     for rel, src in sources.items():
         if not src.is_file():

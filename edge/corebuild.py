@@ -34,20 +34,13 @@ import numpy as np
 
 from edge import atomic
 from edge.errors import EdgeError, ModelNotFound, OutputError, WeightsError
-from edge.models import (
-    STAGE_KINDS,
-    Artifact,
-    Manifest,
-    check_same_weights,
-    sha256_file,
-    size_shapes,
-)
+from edge.graphs import available, describe, template_name, templates_dir
+from edge.models import STAGE_KINDS, Artifact, Manifest, check_same_weights, sha256_file
 from edge.release import MODEL_NAME, PREFIX, Release, fold_norm, resample_pos_embed
 from edge.version import version
 
 MAGIC = b"DA3CORE\x01"
 FORMAT = 1
-TEMPLATES = "cores"  # the package data folder (edge/data/cores)
 POS_EMBED = PREFIX + "backbone.pretrained.pos_embed"
 CHUNK = 1 << 20
 
@@ -59,10 +52,6 @@ class Writer(Protocol):
 
 
 Progress = Callable[[str], None]
-
-
-def template_name(shape: tuple[int, int], precision: str) -> str:
-    return f"{MODEL_NAME}_{shape[0]}x{shape[1]}_{precision}.core.xz"
 
 
 def artifact_name(shape: tuple[int, int], precision: str) -> str:
@@ -126,22 +115,6 @@ def _read_header(fh: IO[bytes], path: Path) -> dict[str, Any]:
     return header
 
 
-def templates_dir() -> Path:
-    return Path(str(resources.files("edge") / "data" / TEMPLATES))
-
-
-def available(folder: Path | None = None) -> dict[tuple[tuple[int, int], str], Path]:
-    """The templates shipped (or in ``folder``), by (shape, precision)."""
-    folder = folder or templates_dir()
-    found = {}
-    for path in sorted(folder.glob("da3-small_*x*_*.core.xz")):
-        stem = path.name.removeprefix("da3-small_").removesuffix(".core.xz")
-        size, precision = stem.split("_")
-        h, w = size.split("x")
-        found[(int(h), int(w)), precision] = path
-    return found
-
-
 def find(shape: tuple[int, int], precision: str, folder: Path | None = None) -> Template:
     path = (folder or templates_dir()) / template_name(shape, precision)
     if not path.is_file():
@@ -152,14 +125,6 @@ def find(shape: tuple[int, int], precision: str, folder: Path | None = None) -> 
             "other shapes come from `da3-edge export` (the export environment)"
         )
     return Template.read(path)
-
-
-def describe(shapes: set[tuple[int, int]]) -> str:
-    """Shapes in few words: the sizes whose four aspects are all there, then the rest."""
-    sizes = sorted({max(s) for s in shapes if set(size_shapes(max(s))) <= shapes})
-    rest = sorted(s for s in shapes if max(s) not in sizes)
-    words = [f"sizes {', '.join(map(str, sizes))} in the four aspects"] if sizes else []
-    return ", ".join(words + [f"{h}x{w}" for h, w in rest])
 
 
 # -- recipes -----------------------------------------------------------------------
@@ -340,8 +305,9 @@ def build_models(
                 sha256=built.sha256,
                 provenance=_provenance(provenance, seed, release.path, template),
             )
-            manifest.upsert(artifact)
-            manifest.save()
+            if not _recorded(manifest, artifact):
+                manifest.upsert(artifact)
+                manifest.save()
             made.append(artifact)
             progress(
                 f"[{n}/{len(templates)}] {template.shape[0]}x{template.shape[1]} "
@@ -351,6 +317,15 @@ def build_models(
     if with_stages:
         made += _install_stages(out, manifest, shapes, progress)
     return made
+
+
+def _recorded(manifest: Manifest, artifact: Artifact) -> bool:
+    """The manifest has this core already, the same bytes from the same weights: its
+    entry stays as it is (its date too), so a build run again changes no file."""
+    return any(
+        a.file == artifact.file and a.sha256 == artifact.sha256 and a.weights == artifact.weights
+        for a in manifest.cores()
+    )
 
 
 def _provenance(weights: str, seed: str | None, source: Path, template: Template) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from edge import corebuild
+from edge import corebuild, graphs
 from edge.models import DEFAULT_SHAPES, parse_shape, size_shapes
 from edge.release import Release, fold_norm, resample_pos_embed
 
@@ -177,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--size", action="append", type=int, default=[])
     p.add_argument("--shape", action="append", default=[])
-    p.add_argument("--out", type=Path, default=corebuild.templates_dir())
+    p.add_argument("--out", type=Path, default=graphs.templates_dir())
     p.add_argument(
         "--stages", type=Path, metavar="DIR",
         help="also write the ExecuTorch stage programs (pre, pre1, post: the same for "
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             for precision in ("fp32", "fp16"):
                 data = fp32 if precision == "fp32" else convert._quantize(fp32, precision)
                 raw = make(data, shape, precision, release, table, known, made_with)
-                path = ns.out / corebuild.template_name(shape, precision)
+                path = ns.out / graphs.template_name(shape, precision)
                 path.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))
                 check(path, weights, data)
                 print(f"[{n}/{len(shapes)}] {shape[0]}x{shape[1]} {precision}: "

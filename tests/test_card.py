@@ -369,6 +369,7 @@ def first_boot(
     netns: bool = False,
     card_made: float | None = None,
     models_url: str | None = None,
+    models_build: str | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     """scripts/pi/first-boot.sh from a bundle on a stand-in boot partition, the installer
     replaced by a stub that exits ``installer_rc``; /var/log, /etc/systemd/system
@@ -384,12 +385,16 @@ def first_boot(
     (bundle / "da3-edge.toml").write_text("")
     shutil.copy(ROOT / "scripts/pi/first-boot.sh", bundle / "first-boot.sh")
     (bundle / "scripts" / "install-pi.sh").write_text(
-        f'printf "%s\\n" "$@" > {tmp_path}/args\necho "==> a step"\necho "stub installer" >&2\nexit {installer_rc}\n'
+        f'printf "%s\\n" "$@" > {tmp_path}/args\necho "${{HF_ENDPOINT:-}}" > {tmp_path}/endpoint\n'
+        f'echo "==> a step"\necho "stub installer" >&2\nexit {installer_rc}\n'
     )
     if card_made is not None:
         os.utime(bundle / "first-boot.sh", (card_made, card_made))
     if models_url is not None:
         (bundle / card.MODELS_URL).write_text(models_url + "\n")
+    if models_build is not None:
+        (bundle / card.MODELS_BUILD).write_text(models_build + "\n")
+        shutil.rmtree(bundle / "models")
     logs = tmp_path / "log"
     logs.mkdir()
     (tmp_path / "units").mkdir()
@@ -477,7 +482,14 @@ REFUSED_CONFIGS = {
     "serve on the LAN without credentials": (
         INT8 + '[serve]\nhost = "0.0.0.0"\n',
         ":4: serve.host is 0.0.0.0, beyond this machine: it needs serve.basic_auth_file or "
-        "serve.token_file (a file only serve's user can read), or use 127.0.0.1 (nothing written)",
+        "serve.token_file (a file only serve's user can read), or use 127.0.0.1 "
+        "(`da3-edge card --view lan` brings a login) (nothing written)",
+    ),
+    "a credentials file the card does not carry": (
+        INT8 + '[serve]\nhost = "0.0.0.0"\nbasic_auth_file = "/home/pi/users"\n',
+        ":5: serve.basic_auth_file names /home/pi/users, a file this card does not carry: serve "
+        "would fail at every boot on the Pi (leave it empty; `--view lan` brings a login, and "
+        "the config that uses it) (nothing written)",
     ),
     "a model folder of this machine": (
         INT8 + 'dir = "/home/me/models"\n',
@@ -651,3 +663,104 @@ def test_card_never_writes_through_a_link_in_its_place(
         "remove it; nothing written"
     ]
     assert [p.name for p in elsewhere.iterdir()] == ["precious"]
+
+
+def build_cli(boot: Path, wheel: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """``da3-edge card`` with no models: the Pi builds them."""
+    return run_cli(["card", str(boot), *more, "--wheel", str(wheel)])
+
+
+def test_card_without_models_lets_the_pi_build_them(tmp_path: Path, wheel: Path) -> None:
+    """No --models: nothing of the models on the card, one line telling the Pi to build
+    them from the hub's release (a pinned SHA-256 and a mirror when given); the config is
+    checked against the graphs the build has, not against models."""
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        odd = tmp_path / "odd.toml"
+        odd.write_text("[model]\nsize = 98\n")
+        refused = build_cli(boot, wheel, "--config", str(odd))
+        assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert "model.size 98: no fp16 graph ships at that size" in refused.stderr
+        assert "nothing written" in refused.stderr and not (boot / card.BUNDLE).exists()
+        int8 = tmp_path / "int8.toml"
+        int8.write_text(INT8)
+        refused = build_cli(boot, wheel, "--config", str(int8))
+        assert refused.returncode == 1 and "the build makes fp16 and fp32" in refused.stderr
+        proc = build_cli(
+            boot, wheel, "--weights-sha256", "AB" * 32, "--hub", "http://10.0.2.2:8123/"
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "builds its models from DA3's release (downloaded: 137 MB)" in proc.stdout
+        bundle = boot / card.BUNDLE
+        assert not (bundle / "models").exists() and not (bundle / card.MODELS_URL).exists()
+        line = (bundle / card.MODELS_BUILD).read_text()
+        assert line == f"hub {'ab' * 32} http://10.0.2.2:8123\n"
+        again = build_cli(
+            boot, wheel, "--weights-sha256", "AB" * 32, "--hub", "http://10.0.2.2:8123/"
+        )
+        assert again.returncode == 0 and "nothing changed" in again.stdout, again.stdout
+        plain = build_cli(boot, wheel)
+        assert plain.returncode == 0 and (bundle / card.MODELS_BUILD).read_text() == "hub - -\n"
+
+
+def test_card_with_weights_carries_the_release(tmp_path: Path, wheel: Path) -> None:
+    """--weights DIR: the release goes on the card (checked: every tensor the build reads
+    for the config's cores, by its header), and no download is asked for."""
+    from scripts.support.release import tensors_for, write_release
+
+    release = write_release(tmp_path / "release", tensors_for([(42, 56)]), seed=2)
+    config = tmp_path / "vm.toml"
+    config.write_text("[camera]\nwidth = 640\nheight = 480\n[model]\nsize = 56\n")
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    data = (release / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        bad = build_cli(boot, wheel, "--weights", str(truncated), "--config", str(config))
+        assert bad.returncode == 1 and "--weights: " in bad.stderr and "truncated" in bad.stderr
+        assert not (boot / card.BUNDLE).exists()
+        both = build_cli(boot, wheel, "--weights", str(release), "--hub", "http://x")
+        assert both.returncode == 1 and "--weights carries the release" in both.stderr
+        proc = build_cli(boot, wheel, "--weights", str(release), "--config", str(config))
+        assert proc.returncode == 0, proc.stderr
+        assert "builds its models from DA3's release on the card" in proc.stdout
+        bundle = boot / card.BUNDLE
+        assert (bundle / card.RELEASE / "model.safetensors").read_bytes() == data
+        assert (bundle / card.RELEASE / "config.json").is_file()
+        assert not (bundle / card.MODELS_BUILD).exists()
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("hub - -", ["--build-models", "hub", "--from"]),
+        (
+            f"hub {'cd' * 32} http://10.0.2.2:8123",
+            ["--build-models", "hub", "--weights-sha256", "cd" * 32],
+        ),
+    ],
+    ids=["hub", "pinned, a mirror"],
+)
+def test_first_boot_passes_the_build_to_the_installer(
+    tmp_path: Path, line: str, expected: list[str]
+) -> None:
+    proc, _boot, _log = first_boot(tmp_path, 0, models_build=line)
+    assert proc.returncode == 0, proc.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[: len(expected)] == expected, args
+    endpoint = (tmp_path / "endpoint").read_text().strip()
+    assert endpoint == (line.split()[2] if line.split()[2] != "-" else ""), endpoint
+
+
+def test_card_view_lan_takes_a_config_that_listens_on_the_lan(
+    tmp_path: Path, card_models: Path, wheel: Path
+) -> None:
+    """``host = "0.0.0.0"`` and no login in the owner's config: with ``--view lan`` the
+    card brings the login, so the config is checked as the Pi will read it, with it."""
+    config = tmp_path / "lan.toml"
+    config.write_text(INT8 + '[serve]\nhost = "0.0.0.0"\n')
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        proc = card_cli(boot, card_models, wheel, "--config", str(config), "--view", "lan")
+        assert proc.returncode == 0, proc.stderr
+        carried = (boot / card.BUNDLE / "da3-edge.toml").read_text()
+        assert f'basic_auth_file = "{card.LAN_LOGIN}"' in carried, carried

@@ -234,3 +234,37 @@ def test_set_on_a_file_that_does_not_parse_is_one_line(tmp_path: Path) -> None:
         err
         == f"da3-edge: error: {path}: not valid TOML (Expected ']' at the end of a table declaration (at line 1, column 8))\n"
     )
+
+
+def test_a_size_the_built_models_lack_is_built_from_their_release(tmp_path: Path) -> None:
+    """Models built from a release that is still at hand (the Pi's: the installer keeps
+    it): a new model.size has its cores built first (progress on stderr), then is set.
+    Once the release is gone, the refusal stands and names the build command."""
+    from edge.models import Manifest
+    from scripts.support.release import tensors_for, write_release
+    from scripts.support.tools import run_cli
+
+    release = write_release(tmp_path / "release", tensors_for([(42, 56)]), seed=3)
+    models = tmp_path / "models"
+    built = run_cli(["models", "build", "--weights", str(release), "--shape", "42x56",
+                     "--no-stages", "--out", str(models)])  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    path = tmp_path / "da3-edge.toml"
+    path.write_text(
+        f'[camera]\nsource = "fake"\nwidth = 640\nheight = 480\n[model]\nsize = 56\ndir = "{models}"\n'
+    )
+    code, out, err = config(path, "set", "model.size", "70")
+    assert code == 0, err
+    assert f"models: none for this fp16 model.size; building them from {release}" in err
+    assert "42x70 fp16" in err and out.startswith("model.size = 70 (was 56)")  # the nearest aspect
+    assert {a.shape for a in Manifest.load(models).cores()} == {(42, 56), (42, 70)}
+    (release / "model.safetensors").rename(tmp_path / "moved.safetensors")
+    path.write_text(path.read_text().replace("size = 70", "size = 56"))
+    (models / "da3-small_42x56_fp16.tflite").unlink()
+    manifest = Manifest.load(models)
+    manifest.artifacts = [a for a in manifest.artifacts if a.shape != (42, 56)]
+    manifest.save()
+    before = path.read_bytes()
+    code, _, err = config(path, "set", "model.size", "56")
+    assert code == 1 and "no fp16 models of size 56 (have 70)" in err, err
+    assert path.read_bytes() == before

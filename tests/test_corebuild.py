@@ -14,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge import corebuild
+from edge import corebuild, graphs
 from edge.core import Core
 from edge.models import DEFAULT_SHAPES, Manifest
 from scripts.support import children
-from scripts.support.models import SMALL_SHAPE, VM_PACK_SHAPES
+from scripts.support.models import SMALL_SHAPE, VM_SHAPES
 from scripts.support.release import tensors_for, write_release
 from scripts.support.tools import run_cli, tmpfs
 
-SHAPE = VM_PACK_SHAPES[0]  # 42x56: the smallest shipped graph
+SHAPE = VM_SHAPES[0]  # 42x56: the smallest shipped graph
 TEXT = f"{SHAPE[0]}x{SHAPE[1]}"
 
 
@@ -69,7 +69,7 @@ def test_a_built_core_loads_and_runs(stand_in: Path, tmp_path: Path) -> None:
     assert core.weights.startswith("sha256:")
     verify = run_cli(["models", "--verify", "--models", str(out)])
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert verify.stdout.count("  ok") == 5
+    assert verify.stdout.count("  ok") == 5 + 2  # the files, the forward check per precision
     image = np.random.default_rng(0).standard_normal((1, 3, *SHAPE)).astype(np.float32)
     with Core(manifest.artifact_path(core), threads=1) as runner:
         depth, conf = runner.run(image)
@@ -152,6 +152,31 @@ def test_a_folder_of_other_weights_is_refused(stand_in: Path, tmp_path: Path) ->
     assert (out / "manifest.json").read_bytes() == before
 
 
+def test_for_config_builds_the_cores_the_daemon_runs(stand_in: Path, tmp_path: Path) -> None:
+    """--for-config: the config's precision, at its size the camera's shape (and the
+    other aspects that have a graph); built again, no file changes (the same cores keep
+    their manifest entry). A config whose camera has no graph: one line, nothing written."""
+    config = tmp_path / "pi.toml"
+    config.write_text("[camera]\nwidth = 640\nheight = 480\n[model]\nsize = 56\n")
+    out = tmp_path / "m"
+    code, lines, _ = build("--for-config", str(config), "--no-stages", weights=stand_in, out=out)
+    assert code == 0, lines
+    assert [(a.shape, a.precision) for a in Manifest.load(out).cores()] == [(SHAPE, "fp16")]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert build("--for-config", str(config), "--no-stages", weights=stand_in, out=out)[0] == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    config.write_text("[model]\nsize = 98\n")
+    line = refused(
+        *build("--for-config", str(config), weights=stand_in, out=tmp_path / "n"), tmp_path / "n"
+    )
+    assert line.endswith(
+        "model.size 98: no fp16 graph ships at that size "
+        "(sizes 224, 280, 336, 392, 448, 504 in the four aspects, 42x56, 42x70, 140x182)"
+    )
+    code, lines, _ = build("--for-config", str(config), "--size", "280", weights=stand_in, out=out)
+    assert code == 2 and "--for-config takes the shapes and precision from the config" in lines[-1]
+
+
 @pytest.mark.root
 def test_a_full_disk_leaves_no_partial(stand_in: Path, tmp_path: Path) -> None:
     """On a 60 MB filesystem the 49 MB fp16 core fits and the 98 MB fp32 one does not:
@@ -218,7 +243,7 @@ def test_the_position_embedding_is_dinov2s(export_env: Path) -> None:
 
 
 def test_every_shipped_graph_is_readable_and_named_for_what_it_holds() -> None:
-    shipped = corebuild.available()
+    shipped = graphs.available()
     assert {(s, p) for s in DEFAULT_SHAPES for p in ("fp16", "fp32")} <= set(shipped)
     for (shape, precision), path in shipped.items():
         template = corebuild.Template.read(path)

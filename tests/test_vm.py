@@ -76,8 +76,8 @@ from edge.pipeline import Pipeline, PipelineSpec
 from edge.stats import nearest_rank
 from edge.version import version
 from scripts.support import ROOT, fat, vm, wheels
-from scripts.support.httpfile import Server
-from scripts.support.models import VM_PACK_SHAPES, VM_SHAPE, build_vm_models, build_vm_pack_models
+from scripts.support.hub import Hub
+from scripts.support.models import VM_SHAPE, VM_SHAPES, build_random_weights, build_vm_models
 from scripts.support.tools import free_port, run_cli, tool_install
 
 pytestmark = pytest.mark.vm
@@ -103,7 +103,7 @@ READY_S, UPDATE_S = 600, 2400
 # key and no password, SSH key-only, a time zone, its `rpi:` settings and its own
 # runcmd), plus three VM-only changes: a drop-in that stretches the unit's watchdog and
 # start timeout for an emulated CPU (a forward of minutes); the guest's
-# 127.0.0.1:PACK_PORT forwarded to the host's (where the pack is served; a unit a runcmd
+# 127.0.0.1:HUB_PORT forwarded to the host's (where the hub answers; a unit a runcmd
 # entry before the card's enables); one reboot before runcmd, as Pi OS's own cloud-init
 # module for `rpi:` makes when it changes an interface (the VM's Debian cloud-init has no
 # such module: a `bootcmd` entry reboots, once). MemoryMax= and the rest
@@ -142,20 +142,20 @@ write_files:
     [Service]
     WatchdogSec=900
     TimeoutStartSec=600
-- path: /usr/local/sbin/pack-forward
+- path: /usr/local/sbin/host-forward
   permissions: "0755"
   content: |
 {forwarder}
-- path: /etc/systemd/system/pack-forward.service
+- path: /etc/systemd/system/host-forward.service
   permissions: "0644"
   content: |
     [Service]
-    ExecStart=/usr/bin/python3 /usr/local/sbin/pack-forward {pack_port}
+    ExecStart=/usr/bin/python3 /usr/local/sbin/host-forward {hub_port}
     [Install]
     WantedBy=multi-user.target
 runcmd:
 - echo "Imager's runcmd ran" > /var/log/imager-runcmd.txt
-- systemctl enable --now pack-forward.service
+- systemctl enable --now host-forward.service
 """
 REBOOTING = "VM-ONLY: rebooting once before runcmd, as the Pi OS cloud-init module for rpi would"
 # The guest's 127.0.0.1:PORT to the host's (qemu's 10.0.2.2), one thread a direction.
@@ -183,13 +183,13 @@ while True:
 """
 
 
-def imager_user_data(pack_port: int) -> str:
+def imager_user_data(hub_port: int) -> str:
     forwarder = "".join(f"    {line}\n" for line in FORWARDER.splitlines())
     return IMAGER_USER_DATA.format(
         rebooting=REBOOTING,
         user=USER,
         forwarder=forwarder.rstrip("\n"),
-        pack_port=pack_port,
+        hub_port=hub_port,
     )
 
 
@@ -230,7 +230,7 @@ def job(boot: int, small: tuple[int, int], auth: str, wheels: dict[str, str]) ->
     frames, boot 2 for the unit to be up); then at boot 1 the owner's side (owner.sh),
     at boot 2 the updates from ``wheels`` (update.sh: NEXT, BROKEN, FIRST -> a name in
     /job/wheels), then the camera's parts."""
-    sizes = " ".join(str(max(shape)) for shape in VM_PACK_SHAPES)
+    sizes = " ".join(str(max(shape)) for shape in VM_SHAPES)
     settings = vm.variables(
         BOOT=boot, INSTALL_S=INSTALL_S, FRAMES=FRAMES, FRAME_WAIT_S=FRAME_WAIT_S,
         UP_WAIT_S=UP_WAIT_S, VM_USER=USER, W=W, H=H, SMALL=f"{small[0]}x{small[1]}",
@@ -265,14 +265,13 @@ def small_stream(models: Path) -> tuple[int, int]:
     return small
 
 
-def card(
-    path: Path, url: str, sha: str, pack_port: int, work: Path, wheel: Path
-) -> tuple[Path, str]:
-    """Imager's boot partition, then ``da3-edge card --view lan --models URL`` on it
-    (mounted with fusefat); the image, and the password ``card`` printed."""
+def card(path: Path, hub: str, hub_port: int, work: Path, wheel: Path) -> tuple[Path, str]:
+    """Imager's boot partition, then ``da3-edge card --view lan`` on it with no models
+    (the Pi builds them from the release at ``hub``; mounted with fusefat); the image,
+    and the password ``card`` printed."""
     files = {
         **FIRMWARE,
-        "user-data": imager_user_data(pack_port).encode(),
+        "user-data": imager_user_data(hub_port).encode(),
         "network-config": NETWORK_CONFIG.encode(),
         "meta-data": META_DATA.encode(),
     }
@@ -282,8 +281,8 @@ def card(
     # As an owner readies it: da3-edge installed with `uv tool install`, run outside the checkout.
     python = tool_install(wheel, work / "tool")
     with fat.mounted(image) as boot:
-        proc = run_cli(["card", str(boot), "--models", url, "--sha256", sha,
-                        "--view", "lan", "--config", str(config)], python=python, cwd=work)  # fmt: skip
+        proc = run_cli(["card", str(boot), "--hub", hub, "--view", "lan",
+                        "--config", str(config)], python=python, cwd=work)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout + proc.stderr)
     found = re.search(r"password (\S+)\n", proc.stdout)
@@ -335,21 +334,16 @@ def boots(vm_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[vm.
     for tool in vm.missing_tools():
         pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
     work = tmp_path_factory.mktemp("card")
-    packs = work / "packs"
-    packs.mkdir()
-    proc = run_cli(
-        ["models", "pack", str(build_vm_pack_models()), "-o", str(packs / "models.tar.gz")]
-    )
-    assert proc.returncode == 0, proc.stderr
-    sha = proc.stdout.split("sha256 ")[1].split()[0]
-    server = Server(packs / "models.tar.gz")  # the pack on the host's loopback
+    # DA3's release (the seeded one the test models come from) on the host's loopback,
+    # answering as the Hugging Face hub does: the card carries no models, the Pi builds.
+    hub = Hub(build_random_weights())
     try:
-        pack_port = server.httpd.server_address[1]
+        hub_port = hub.httpd.server_address[1]
         first = deploy.build_wheel(ROOT, work / "first")
-        seed, password = card(work / "bootfs.img", server.url, sha, pack_port, work, first)
+        seed, password = card(work / "bootfs.img", hub.endpoint, hub_port, work, first)
         return boot_twice(seed, password, vm_models, work, update_wheels(first, work))
     finally:
-        server.close()
+        hub.close()
 
 
 # The broken build: its daemon exits where it would say READY, after every check the
@@ -534,9 +528,13 @@ def test_the_cards_user_data_passes_cloud_inits_schema(boots: list[vm.Result]) -
     ], schema
 
 
-def test_first_boot_waits_and_pulls_the_pack(boots: list[vm.Result]) -> None:
-    """The first-boot script waited for a route, a name and the clock (each logged), and
-    the installer pulled the pack by its URL, SHA-256 checked, both sizes installed."""
+def test_first_boot_waits_then_builds_the_models_from_the_release(
+    boots: list[vm.Result],
+) -> None:
+    """The first-boot script waited for a route, a name and the clock (each logged); the
+    card carried no models: the installer fetched DA3's release from the hub (its
+    SHA-256 the hub's), built the config's core with numpy (no torch in the VM), checked
+    it against numpy's DA3 on the device, and installed it; each step with its time."""
     log = text(boots[0], "da3-edge-install.log")
     waits = [
         line for line in log.splitlines() if re.match(r"da3-edge first boot: .* after \d+ s$", line)
@@ -548,9 +546,16 @@ def test_first_boot_waits_and_pulls_the_pack(boots: list[vm.Result]) -> None:
         "clock not earlier than the card",
     ):
         assert any(line.startswith(f"da3-edge first boot: {what}") for line in waits), log[:3000]
-    assert "--models-url http://127.0.0.1:" in log and "SHA-256 ok" in log, log[-3000:]
-    for h, w in VM_PACK_SHAPES:
-        assert f"{h}x{w}" in log, log[-3000:]
+    assert "install-pi.sh --build-models hub" in log, log[:3000]
+    steps = [line for line in log.splitlines() if line.startswith("==> ")]
+    print("\n".join(steps))
+    assert any(re.fullmatch(r"==> models: built from DA3's release \(at \d+ s\)", s) for s in steps)
+    assert "release in /var/cache/da3-edge/release, SHA-256 " in log, log[-3000:]
+    h, w = VM_SHAPE
+    assert re.search(rf"\[1/1\] {h}x{w} fp16: [\d.]+ MB in [\d.]+ s  RANDOM-INIT", log), log[-3000:]
+    forward = r"forward 42x56 fp16 +Pearson [\d.]+, rel-L2 .* against numpy  ok"
+    assert re.search(forward, log), log[-3000:]
+    assert text(boots[0], "torch.txt").strip() == "torch: False", text(boots[0], "torch.txt")
 
 
 def test_first_boot_goes_on_after_a_reboot_before_its_step(boots: list[vm.Result]) -> None:
@@ -562,7 +567,7 @@ def test_first_boot_goes_on_after_a_reboot_before_its_step(boots: list[vm.Result
     before = text(first, "console-before-runcmd.txt")
     assert REBOOTING in before and "da3-edge first boot" not in before, before[-3000:]
     log = text(first, "da3-edge-install.log")
-    starts = [line for line in log.splitlines() if ", install-pi.sh --models-url" in line]
+    starts = [line for line in log.splitlines() if ", install-pi.sh --build-models" in line]
     print("\n".join(starts))
     assert len(starts) == 1, log[:3000]
     assert log.count("da3-edge first boot: installed") == 1, log[-3000:]
@@ -597,9 +602,14 @@ def test_the_owners_commands_as_the_imager_user(boots: list[vm.Result]) -> None:
     assert rc(first, "owner-fast") != 0 and len(fast.strip().splitlines()) == 1, fast
     before = text(first, "config-sha-before.txt")
     assert before == text(first, "config-sha-after.txt") == text(first, "config-sha-end.txt")
-    other = max(VM_PACK_SHAPES[1])
+    other = max(VM_SHAPES[1])
     print("config set model.size:", text(first, "owner-size.txt"), text(first, "size-journal.txt"))
     assert rc(first, "owner-size") == 0, text(first, "owner-size.txt")
+    # The first boot built the config's size only: the set built the other's core first.
+    assert (
+        "models: none for this fp16 model.size; building them from "
+        "/var/cache/da3-edge/release/model.safetensors" in text(first, "owner-size.txt")
+    ), text(first, "owner-size.txt")
     assert text(first, "size-after.txt").strip() == str(other), text(first, "size-journal.txt")
     assert "NRestarts=0" in text(first, "size-unit.txt"), text(first, "size-unit.txt")
     assert rc(first, "owner-size-back") == 0, text(first, "owner-size-back.txt")
@@ -674,6 +684,9 @@ def test_update_keeps_config_and_models_and_rolls_back_a_daemon_that_cannot_star
     print(out[-3000:])
     assert rc(second, "update-start") == 0, out
     assert "the new version's doctor: ready" in out, out
+    # The page is on the LAN (the card's --view lan): the last lines say so, though this
+    # run was given no --serve-users.
+    assert "Live view: http://da3-edge-pi.local:" in out and "from the LAN," in out, out[-600:]
     after = update_state(second, "start")
     print(after)
     assert after["version"] == f"da3-edge {nxt}" and after["active"] == "active active", after

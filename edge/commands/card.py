@@ -7,6 +7,7 @@ what differs. See docs/how-to/raspberry-pi.md.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -29,19 +30,7 @@ def parser() -> argparse.ArgumentParser:
         "anything; a second run changes nothing. Run from a da3-edge checkout.",
     )
     p.add_argument("bootfs", metavar="BOOTFS", help="the mounted boot partition")
-    p.add_argument(
-        "--models",
-        metavar="DIR|URL",
-        required=True,
-        help="model directory to install (checked as `da3-edge models --verify` does), or "
-        "the URL of a pack (`da3-edge models pack`) the Pi fetches at first boot: then only "
-        "the URL goes on the card, and the pack is fetched here once to check it",
-    )
-    p.add_argument(
-        "--sha256",
-        metavar="HEX",
-        help="with --models URL: the pack's SHA-256 (`da3-edge models pack` prints it)",
-    )
+    _model_options(p)
     p.add_argument(
         "--config",
         metavar="FILE",
@@ -62,6 +51,41 @@ def parser() -> argparse.ArgumentParser:
         "and printed once, and only its salted hash goes on the card) (default: local)",
     )
     return p
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--models",
+        metavar="DIR|URL",
+        help="model directory to install (checked as `da3-edge models --verify` does), or "
+        "the URL of a pack (`da3-edge models pack`) the Pi fetches at first boot: then only "
+        "the URL goes on the card, and the pack is fetched here once to check it (default: "
+        "none; the Pi builds the models the config needs from DA3's release file at first "
+        "boot, fetched from the Hugging Face hub, or from --weights)",
+    )
+    p.add_argument(
+        "--weights",
+        metavar="DIR",
+        help="without --models: DA3's release folder (config.json + model.safetensors, "
+        "137 MB) to carry on the card, for a Pi that builds its models with no download",
+    )
+    p.add_argument(
+        "--weights-sha256",
+        metavar="HEX",
+        help="without --models or --weights: the release file's SHA-256 the Pi checks "
+        "its download against (default: the hub's own)",
+    )
+    p.add_argument(
+        "--hub",
+        metavar="URL",
+        help="without --models or --weights: the hub the Pi downloads the release from "
+        "(a mirror; default: https://huggingface.co)",
+    )
+    p.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="with --models URL: the pack's SHA-256 (`da3-edge models pack` prints it)",
+    )
 
 
 def _lan(boot: Path, config: Path | None, tmp: Path) -> tuple[Path, Path, str | None]:
@@ -106,9 +130,61 @@ def _verify_models(directory: Path) -> None:
             raise CardError(f"--models {directory}: {exc}") from None
 
 
+def _build(ns: argparse.Namespace, tmp: Path) -> dict[str, Path]:
+    """No models on the card: what tells the Pi to build them, by name in the bundle
+    (MODELS_BUILD: "hub SHA256 ENDPOINT", "-" for either default; or the RELEASE files)."""
+    if ns.weights:
+        if ns.weights_sha256 or ns.hub:
+            raise CardError(
+                "--weights carries the release: --weights-sha256 and --hub go without it"
+            )
+        from edge.release import CONFIG_FILE, resolve_weights_file
+
+        try:
+            weights = resolve_weights_file(ns.weights)
+        except EdgeError as exc:
+            raise CardError(f"--weights: {exc}") from None
+        extra = {f"{card.RELEASE}/{weights.name}": weights}
+        if (weights.parent / CONFIG_FILE).is_file():
+            extra[f"{card.RELEASE}/{CONFIG_FILE}"] = weights.parent / CONFIG_FILE
+        return extra
+    sha = (ns.weights_sha256 or "-").lower()
+    if sha != "-" and not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise CardError(f"--weights-sha256 {ns.weights_sha256}: not 64 hex digits")
+    hub = ns.hub or "-"
+    if hub != "-" and not re.fullmatch(r"https?://[^\s]+", hub):
+        raise CardError(f"--hub {ns.hub}: not an http(s) URL")
+    (tmp / card.MODELS_BUILD).write_text(f"hub {sha} {hub.rstrip('/')}\n")
+    return {card.MODELS_BUILD: tmp / card.MODELS_BUILD}
+
+
+def _check_release(weights: Path, config: Path | None, tmp: Path) -> None:
+    """The release the card carries has every tensor the Pi's build will read, of the
+    network's shape and dtype (its header; the values are read on the Pi)."""
+    from edge import config as config_mod
+    from edge import corebuild, graphs
+    from edge.release import Release
+
+    if config is None:
+        config = tmp / "default.toml"
+        config.write_text(config_mod.default_text())
+    shapes, precisions = graphs.for_config(config)
+    try:
+        with Release(weights) as release:
+            for template in (corebuild.find(s, p) for s in shapes for p in precisions):
+                for name, shape in template.tensors.items():
+                    release.info(name, shape)
+    except EdgeError as exc:
+        raise CardError(f"--weights: {exc} (nothing written)") from None
+
+
 def _models(ns: argparse.Namespace, tmp: Path) -> tuple[Path, str | None]:
     """The model folder to check the card against, and the URL line for the bundle
     (None: the models go on the card). A URL's pack is fetched into ``tmp`` once."""
+    if ns.weights or ns.weights_sha256 or ns.hub:
+        raise CardError(
+            "--models brings the models: --weights, --weights-sha256 and --hub go without it"
+        )
     if "://" not in ns.models:
         if ns.sha256:
             raise CardError("--sha256 goes with --models URL (a pack's address)")
@@ -140,17 +216,24 @@ def main(args: Sequence[str] | None = None) -> int:
     card.check_partition(boot)  # the cheap refusals before the models are loaded
     with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as name:
         tmp = Path(name)
-        models, url = _models(ns, tmp)
-        _verify_models(models)
+        models, url, extra = None, None, {}
+        if ns.models:
+            models, url = _models(ns, tmp)
+            _verify_models(models)
+        else:
+            extra = _build(ns, tmp)
         config = Path(ns.config) if ns.config else None
-        card.check_config(config, models)  # file:line: section.key, before a wheel is built
+        password, carried = None, []
+        if ns.view == "lan":  # checked as the Pi will read it: listening, with the login
+            config, extra[card.SERVE_USERS], password = _lan(boot, config, tmp)
+            carried = [card.LAN_LOGIN]
+        card.check_config(config, models, carried)  # file:line: section.key, before a wheel
+        if ns.weights:
+            _check_release(Path(ns.weights), config, tmp)
         wheel = _wheel(ns, tmp)
-        extra, password = {}, None
         if url is not None:
             extra[card.MODELS_URL] = tmp / card.MODELS_URL
             extra[card.MODELS_URL].write_text(url)
-        if ns.view == "lan":
-            config, extra[card.SERVE_USERS], password = _lan(boot, config, tmp)
         todo = card.plan(
             boot, models=models, wheel=wheel, config=config,
             extra=extra, bundle_models=url is None,
@@ -159,9 +242,15 @@ def main(args: Sequence[str] | None = None) -> int:
             print(f"{boot}: ready already, nothing changed")
         else:
             card.apply(todo, lambda line: print(line, file=sys.stderr, flush=True))
+            built = (
+                ""
+                if models
+                else ", builds its models from DA3's release"
+                + (" on the card" if ns.weights else " (downloaded: 137 MB)")
+            )
             print(
-                f"{boot}: ready; at first boot the Pi installs da3-edge ({wheel.name}) and "
-                "starts it"
+                f"{boot}: ready; at first boot the Pi installs da3-edge ({wheel.name}){built} "
+                "and starts it"
             )
     if ns.view == "lan":
         _say_lan(boot, password)

@@ -170,8 +170,46 @@ def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
     table[name] = value_of(raw, default)
     new_text = tomlkit.dumps(doc)
     new_text += "" if new_text.endswith("\n") else "\n"
-    config = check(new_text, str(path), models_yet=True)
+    try:
+        config = check(new_text, str(path), models_yet=True)
+    except ConfigError:
+        if key not in BUILDS or not build_missing(new_text, str(path)):
+            raise
+        config = check(new_text, str(path), models_yet=True)
     return new_text, old, getattr(getattr(config, section), name)
+
+
+BUILDS = ("model.size", "model.precision")  # the keys whose models a set can build
+
+
+def build_missing(text: str, path: str) -> bool:
+    """The cores ``text`` asks for and the models lack, built from the release the
+    models were built from when it is at hand (their manifest names it): progress on
+    stderr, True. False when there is none to build from: the refusal stands."""
+    from edge import corebuild, graphs
+    from edge.models import Manifest, resolve_models_dir
+
+    config = config_mod.parse(text, path, parts=tuple(config_mod.SECTIONS))
+    folder = resolve_models_dir(models_dir(config.model, path))
+    try:
+        manifest = Manifest.load(folder)
+    except EdgeError:
+        return False
+    sources = [
+        c.provenance.get("source") for c in manifest.cores() if c.weights.startswith("sha256:")
+    ]
+    release = next((Path(s) for s in sources if s and Path(s).is_file()), None)
+    if release is None:
+        return False
+    camera = (config.camera.width, config.camera.height)
+    shapes, precisions = graphs.cores_for(config.model.precision, config.model.size, camera, path)
+    _say(f"models: none for this {config.model.precision} model.size; building them from {release}")
+    corebuild.build_models(release, folder, shapes, precisions, progress=_say)
+    return True
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def reload(section: str) -> list[str]:

@@ -75,10 +75,17 @@ main() {
     boot=$(dirname "$here")
     log=/var/log/da3-edge-install.log
     failed=$boot/da3-edge-install-failed.txt
-    local args=(--models "$here/models") url sha
+    local args=(--models "$here/models") url sha source hub
     if [ -f "$here/models-url" ]; then  # da3-edge card --models URL: fetched here
         read -r url sha <"$here/models-url"
         args=(--models-url "$url" --models-sha256 "$sha")
+    elif [ -d "$here/release" ]; then  # the card carries DA3's release: built here from it
+        args=(--build-models "$here/release")
+    elif [ -f "$here/models-build" ]; then  # no models: built here from the hub's release
+        read -r source sha hub <"$here/models-build"
+        args=(--build-models "$source")
+        [ "$sha" = - ] || args+=(--weights-sha256 "$sha")
+        [ "$hub" = - ] || export HF_ENDPOINT=$hub
     fi
     for wheel in "$here"/dist/da3_edge-*.whl; do args+=(--from "$wheel"); done
     [ -f "$here/da3-edge.toml" ] && args+=(--config "$here/da3-edge.toml")

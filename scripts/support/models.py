@@ -34,7 +34,9 @@ SMALL_SHAPE = (140, 182)
 # qemu-user on this machine kind), at VM_SHAPE an eighth of that (28 s); the VM checks
 # the install, the unit and the camera, for which any core shape serves.
 VM_SHAPE = (42, 56)
-VM_PACK_SHAPES = (VM_SHAPE, (42, 70))  # sizes 56 and 70
+# The VM's two core sizes (56 and 70): the config's, built at first boot, and the one the
+# owner's `config set model.size` builds.
+VM_SHAPES = (VM_SHAPE, (42, 70))
 PLAIN = ("coffee.png", "chelsea.png")  # the photos the ``plain`` fixture runs
 Plain = dict[str, tuple[np.ndarray, np.ndarray]]  # photo -> depth, confidence
 
@@ -110,16 +112,6 @@ def build_vm_models() -> Path:
                             "--precision", "fp16", "--out", str(out)])  # fmt: skip
 
 
-def build_vm_pack_models() -> Path:
-    """fp16 and the stage programs at ``VM_PACK_SHAPES``: the pack the VM's first boot
-    pulls by URL (two sizes, for ``config set model.size``)."""
-    weights = build_random_weights()
-    out = cache_dir() / "vm-pack"
-    shapes = [arg for h, w in VM_PACK_SHAPES for arg in ("--shape", f"{h}x{w}")]
-    return run_export(out, ["export", "--weights", str(weights), *shapes,
-                            "--precision", "fp16", "--out", str(out)])  # fmt: skip
-
-
 def build_full_models() -> Path:
     """The default export: four shapes x fp32/fp16/int8, from the same weights.
     (Also used by scripts/arm-lane.sh rss.)"""
@@ -129,9 +121,9 @@ def build_full_models() -> Path:
 
 
 if __name__ == "__main__":
-    # python -m scripts.support.models {weights,small,vm,vm-pack,full}...: built (or reused) in that
+    # python -m scripts.support.models {weights,small,vm,full}...: built (or reused) in that
     # order, each folder printed on a line of its own
     builders = {"weights": build_random_weights, "small": build_small_models, "vm": build_vm_models,
-                "vm-pack": build_vm_pack_models, "full": build_full_models}  # fmt: skip
+                "full": build_full_models}  # fmt: skip
     for name in sys.argv[1:]:
         print(builders[name]())

@@ -85,11 +85,22 @@ journalctl -u da3-edge-first-boot -b --no-pager | tail -n 20 >$out/first-boot-un
     cloud-init analyze blame | head -n 16
 } >$out/boot-time.txt 2>&1
 # What the install owns: content, owner, mode, link target (scripts/arm/installer-check.sh).
+# Taken again at the end of boot 1 (owner.sh: its commands build a size), then compared;
+# the daemon's own cache (which model files it has hashed, by their stat) is not the
+# install's.
 cd /
-{
-    find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -type f -print0 \
-        | sort -z | xargs -0 sha256sum
-    find opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge -printf '%M %U:%G %p -> %l\n' | sort
-    grep -E '^(da3-edge|${VM_USER}):' /etc/passwd /etc/group
-} >$out/snapshot.txt
+snapshot() {
+    (
+        cd /
+        set -- opt/da3-edge etc/da3-edge etc/systemd/system var/lib/da3-edge \
+            -path var/lib/da3-edge/.cache -prune -o
+        find "$@" -type f -print0 | sort -z | xargs -0 sha256sum
+        find "$@" -printf '%M %U:%G %p -> %l\n' | sort
+        grep -E '^(da3-edge|${VM_USER}):' /etc/passwd /etc/group
+    ) >$out/snapshot.txt
+}
+snapshot
+# The models were built on the device: no torch in the venv.
+/opt/da3-edge/venv/bin/python -c 'import importlib.util as u; print("torch:", u.find_spec("torch") is not None)' \
+    >$out/torch.txt 2>&1
 mark "checks written"
