@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import base64
 import difflib
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -268,3 +270,72 @@ def test_a_size_the_built_models_lack_is_built_from_their_release(tmp_path: Path
     code, _, err = config(path, "set", "model.size", "56")
     assert code == 1 and "no fp16 models of size 56 (have 70)" in err, err
     assert path.read_bytes() == before
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_a_lost_password_is_replaced_in_one_command(tmp_path: Path) -> None:
+    """`config password`: the login file the config names gets a new random password,
+    printed once; the file holds only its hash, keeps its owner and mode, and a real
+    serve started on it takes the new password and refuses the old one."""
+    from edge import passwords
+    from scripts.support.serve import serving
+
+    users = tmp_path / "serve-users"
+    users.write_text(f"viewer:{passwords.hashed('old-Vq7-Tz2_hRw9Lp4-Xe6Nm3Jd')}\n")
+    users.chmod(0o600)
+    os.chown(users, NOBODY, NOBODY)
+    path = tmp_path / "da3-edge.toml"
+    path.write_text(f'[serve]\nhost = "0.0.0.0"\nbasic_auth_file = "{users}"\n')
+    before = sha(path)
+    code, out, err = config(path, "password")
+    assert code == 0, err
+    lines = out.splitlines()
+    found = re.fullmatch(r"New password for the page's login viewer: (\S+)", lines[0])
+    assert found, out
+    new = found.group(1)
+    assert lines[1:] == [
+        f"Keep it now: it is shown once, and {users} holds only its hash.",
+        "serve takes it when it next starts (--reload restarts it now).",
+    ]
+    assert len(new) == 24 and new not in users.read_text()
+    user, _, secret = users.read_text().strip().partition(":")
+    assert user == "viewer" and passwords.matches(new.encode(), secret.encode())
+    st = users.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (NOBODY, NOBODY, 0o600)
+    assert sha(path) == before  # the config itself is not touched
+    os.chown(users, os.getuid(), os.getgid())  # serve here runs as this user
+    args = ["--config", str(path), "--host", "127.0.0.1", "--store", str(tmp_path)]
+    with serving(args, tmp_path / "serve.log") as s:
+        assert s.get("/healthz", _basic("viewer", new))[0] == 503  # in, and no daemon
+        assert s.get("/healthz", _basic("viewer", "old-Vq7-Tz2_hRw9Lp4-Xe6Nm3Jd"))[0] == 401
+    code, out, err = config(path, "password", "--user", "guest")
+    assert code == 0 and users.read_text().startswith("guest:scrypt$"), err
+
+
+@pytest.mark.parametrize(
+    ("text", "setup", "message"),
+    [
+        ("[serve]\n", None, "serve.basic_auth_file is not set: the page has no login to reset"),
+        ('[serve]\nbasic_auth_file = "{users}"\n', None, "cannot read {users} (No such file"),
+        ('[serve]\nbasic_auth_file = "{users}"\n', "link", "cannot read {users} (Too many levels"),
+        ('[serve]\nbasic_auth_file = "{users}"\n', "empty", "holds no user:secret line"),
+    ],
+)
+def test_a_password_reset_that_cannot_be_done_is_one_line(
+    tmp_path: Path, text: str, setup: str | None, message: str
+) -> None:
+    users = tmp_path / "serve-users"
+    if setup == "link":
+        (tmp_path / "elsewhere").write_text("viewer:x\n")
+        users.symlink_to(tmp_path / "elsewhere")
+    elif setup == "empty":
+        users.write_text("\n")
+    path = tmp_path / "da3-edge.toml"
+    path.write_text(text.format(users=users))
+    code, out, err = config(path, "password")
+    assert code != 0 and out == "", out
+    assert len(err.strip().splitlines()) == 1 and message.format(users=users) in err, err
+    assert setup != "link" or (tmp_path / "elsewhere").read_text() == "viewer:x\n"

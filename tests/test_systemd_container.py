@@ -275,6 +275,51 @@ def test_serve_credentials_files_as_the_service_user(container: Container) -> No
     assert accepted.returncode == 124 and "(credentials required)" in accepted.stderr
 
 
+def _status_as(box: Container, login: str) -> str:
+    """/healthz's status code (or the error) asked with HTTP basic ``login``."""
+    return box.sh(
+        '/usr/bin/python3 -c "import base64, sys, urllib.request as u, urllib.error as e\n'
+        f"h = {{'Authorization': 'Basic ' + base64.b64encode(b'{login}').decode()}}\n"
+        "try: r = u.urlopen(u.Request('http://127.0.0.1:8000/healthz', headers=h), timeout=5)\n"
+        "except e.HTTPError as x: r = x\n"
+        "except OSError as x: print(x); sys.exit()\n"
+        'print(r.status)"'
+    ).stdout.strip()
+
+
+def test_a_lost_password_is_replaced_and_serve_takes_it(container: Container) -> None:
+    """`sudo da3-edge config password --reload` on the Pi: a new password printed once,
+    the login file (serve's user's, 0600) holding only its hash, serve restarted by
+    systemd: the new password lets in, the old one no longer does."""
+    from edge import passwords
+
+    box = container
+    config = "/opt/da3-edge/venv/bin/da3-edge config"
+    old = "old-Vq7-Tz2_hRw9Lp4-Xe6Nm3Jd"
+    users = "/etc/da3-edge/serve-users"
+    box.sh(f"printf 'viewer:%s\\n' '{passwords.hashed(old)}' > {users}")
+    box.sh(f"chown da3-edge-serve:da3-edge {users}; chmod 600 {users}")
+    assert box.sh(f"{config} set serve.basic_auth_file {users}").returncode == 0
+    try:
+        assert box.sh("systemctl restart da3-edge-serve").returncode == 0
+        box.wait(lambda: _status_as(box, f"viewer:{old}") in ("200", "503"), 30, "old login in")
+        reset = box.sh(f"{config} password --reload")
+        assert reset.returncode == 0, reset.stderr
+        lines = reset.stdout.splitlines()
+        assert lines[1:] == [
+            f"Keep it now: it is shown once, and {users} holds only its hash.",
+            "systemctl try-restart da3-edge-serve",
+        ], reset.stdout
+        new = lines[0].rpartition(": ")[2]
+        assert new not in box.sh(f"cat {users}").stdout
+        mode = box.sh(f"stat -c '%a %U:%G' {users}").stdout.strip()
+        assert mode == "600 da3-edge-serve:da3-edge", mode
+        box.wait(lambda: _status_as(box, f"viewer:{new}") in ("200", "503"), 30, "new login in")
+        assert _status_as(box, f"viewer:{old}") == "401"
+    finally:
+        box.sh(f"{config} set serve.basic_auth_file ''; systemctl stop da3-edge-serve")
+
+
 def test_publish_unit_under_systemd(container: Container, tmp_path: Path) -> None:
     """The shipped publish unit in its sandbox (SocketBindDeny=any, the store read-only)
     reaching a real mosquitto on the host: states arrive, and a stop says offline."""

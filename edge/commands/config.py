@@ -4,6 +4,8 @@
 the whole changed file by the daemon's, serve's and publish's own rules and against the
 installed models before anything is written, and replaces the file atomically with its
 owner and mode kept. A refusal is one line, and the file is left as it was.
+``password`` gives the page's login (serve.basic_auth_file) a new random password,
+printed once, the same way.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "examples: da3-edge config get model.size; sudo da3-edge config set camera.fps 5 "
-            "--reload; da3-edge config check"
+            "--reload; da3-edge config check; sudo da3-edge config password --reload"
         ),
     )
     p.add_argument(
@@ -77,7 +79,21 @@ def parser() -> argparse.ArgumentParser:
     check_action = sub.add_parser(
         "check", help="check the whole file and the models it names; exit 1 if bad"
     )
-    check_action.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS)
+    login = sub.add_parser(
+        "password",
+        help="a new random password for the page's login (the file serve.basic_auth_file "
+        "names): printed once, only its hash written; --reload restarts serve with it",
+    )
+    login.add_argument(
+        "--user", metavar="NAME", help="the login's user name (default: the one the file holds)"
+    )
+    login.add_argument(
+        "--reload",
+        action="store_true",
+        help="then restart serve where it runs (systemctl), so the old password stops working",
+    )
+    for action in (check_action, login):
+        action.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS)
     return p
 
 
@@ -280,9 +296,74 @@ def _flock(path: Path, flags: int, holder: str) -> Iterator[int]:
         os.close(fd)
 
 
+LOGIN_MAX_BYTES = 4096  # a login file: one user:secret line
+
+
+def new_login(path: Path, user: str | None) -> tuple[Path, str, str]:
+    """The login file the config at ``path`` names (serve.basic_auth_file) given a new
+    random password: only its hash written, atomically, the file's owner and mode kept
+    (serve's user reads it, no one else). (the file, the user, the password)."""
+    from edge import passwords
+
+    config = config_mod.parse(config_mod.read_text(path), str(path), parts=())
+    if not config.serve.basic_auth_file:
+        raise ConfigError(
+            f"{path}: serve.basic_auth_file is not set: the page has no login to reset "
+            "(da3-edge card --view lan, or the installer's --serve-users, gives it one)"
+        )
+    users = Path(config.serve.basic_auth_file)
+    line, st = _login_line(users)
+    name = user if user is not None else line.partition(":")[0]
+    if not name or ":" in name or not name.isprintable() or name != name.strip():
+        why = "--user" if user is not None else f"{users} holds no user:secret line: give --user"
+        raise UsageError(f"{why}: a user name has no ':', spaces at its ends or control characters")
+    password = passwords.new_password()
+    try:
+        atomic.write_bytes(users, f"{name}:{passwords.hashed(password)}\n".encode(), like=st)
+    except OSError as exc:
+        raise OutputError(f"{users}: cannot write it ({exc.strerror or exc})") from None
+    return users, name, password
+
+
+def _login_line(users: Path) -> tuple[str, os.stat_result]:
+    """The first line of a login file, and its stat (not through a link)."""
+    import stat
+
+    key = "serve.basic_auth_file"
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(users, flags)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {users} ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{key}: {users} is not a regular file")
+        lines = os.read(fd, LOGIN_MAX_BYTES).decode("utf-8", "replace").strip().splitlines()
+    finally:
+        os.close(fd)
+    return (lines[0].strip() if lines else ""), st
+
+
+def _password(path: Path, ns: argparse.Namespace) -> int:
+    with locked(path):
+        users, name, password = new_login(path, ns.user)
+    print(f"New password for the page's login {name}: {password}")
+    print(f"Keep it now: it is shown once, and {users} holds only its hash.")
+    if ns.reload:
+        for line in reload("serve"):
+            print(line)
+    else:
+        print("serve takes it when it next starts (--reload restarts it now).")
+    sys.stdout.flush()
+    return 0
+
+
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     path = Path(ns.config)
+    if ns.action == "password":
+        return _password(path, ns)
     if ns.action == "check":
         check(config_mod.read_text(path), str(path))
         print(f"{path}: ok")
