@@ -104,18 +104,24 @@ def check_partition(boot: Path) -> Path:
     return user_data
 
 
-def check_config(config: Path | None, models: Path | None, carried: Collection[str] = ()) -> None:
+def check_config(
+    config: Path | None,
+    models: Path | None,
+    carried: Collection[str] = (),
+    label: str | None = None,
+) -> None:
     """The config the Pi's daemon, serve and publish will read (the installer's default
     when None), by their rules and against the models going on the card (None: those the
     Pi will build, which need a graph): what the Pi would refuse 10-20 minutes into its
     first boot, refused here in one line. A credentials file must be one the card
-    carries (``carried``: their paths on the Pi), or serve fails at every boot."""
+    carries (``carried``: their paths on the Pi), or serve fails at every boot. ``label``:
+    the config's name in messages (default: its path)."""
     from edge import config as config_mod
 
     text = config_mod.read_text(config) if config else config_mod.default_text()
+    where = label or str(config or "the default config")
     try:
-        parsed = config_mod.parse(text, str(config or "the default config"),
-                                  parts=tuple(config_mod.SECTIONS))  # fmt: skip
+        parsed = config_mod.parse(text, where, parts=tuple(config_mod.SECTIONS))
         _check_credentials(parsed, text, carried)
         if parsed.model.dir:
             raise ConfigError(
@@ -126,7 +132,6 @@ def check_config(config: Path | None, models: Path | None, carried: Collection[s
             from edge import graphs
 
             camera = (parsed.camera.width, parsed.camera.height)
-            where = str(config or "the default config")
             graphs.cores_for(parsed.model.precision, parsed.model.size, camera, where)
         else:
             config_mod.check_models(parsed, text, models)

@@ -702,6 +702,32 @@ def test_card_without_models_lets_the_pi_build_them(tmp_path: Path, wheel: Path)
         assert plain.returncode == 0 and (bundle / card.MODELS_BUILD).read_text() == "hub - -\n"
 
 
+def test_card_sets_config_keys_without_a_toml_file(tmp_path: Path, wheel: Path) -> None:
+    """`--set KEY=VALUE` (repeated) over the default config, as `config set` takes them:
+    the card's config has them, the shipped comments kept; a bad one is refused in one
+    line naming it, with nothing written."""
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        for item, why in (
+            ("camera.fps=fast", "--set camera.fps=fast: camera.fps must be a number, not 'fast'"),
+            ("camera.fps=-2", "the default config with --set:"),
+            ("camera.fps", "--set camera.fps: give KEY=VALUE"),
+            ("camera.speed=5", "camera.speed: unknown key (known in [camera]:"),
+            ("model.size=98", "model.size 98: no fp16 graph ships at that size"),
+        ):
+            refused = build_cli(boot, wheel, "--set", "camera.fps=5", "--set", item)
+            assert refused.returncode != 0, item
+            assert len(refused.stderr.splitlines()) == 1 and why in refused.stderr, refused.stderr
+            assert not (boot / card.BUNDLE).exists()
+        proc = build_cli(boot, wheel, "--set", "camera.fps=5", "--set", "model.size=392")
+        assert proc.returncode == 0, proc.stderr
+        carried = (boot / card.BUNDLE / "da3-edge.toml").read_text()
+        parsed = config_mod.parse(carried, "card", parts=tuple(config_mod.SECTIONS))
+        assert (parsed.camera.fps, parsed.model.size) == (5.0, 392)
+        default = config_mod.default_text()
+        comments = [line for line in default.splitlines() if line.startswith("#")]
+        assert comments and all(line in carried.splitlines() for line in comments)
+
+
 def test_card_with_weights_carries_the_release(tmp_path: Path, wheel: Path) -> None:
     """--weights DIR: the release goes on the card (checked: every tensor the build reads
     for the config's cores, by its header), and no download is asked for."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edge import card
 from edge.commands import models as models_command
-from edge.errors import CardError, EdgeError
+from edge.errors import CardError, EdgeError, first_line
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,6 +35,14 @@ def parser() -> argparse.ArgumentParser:
         "--config",
         metavar="FILE",
         help="the daemon's config for the Pi (checked first; default: the installer's)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config key for the Pi, over --config's (or the default's), as `da3-edge "
+        "config set` takes it; repeat for more (e.g. --set camera.fps=5 --set model.size=392)",
     )
     p.add_argument(
         "--wheel",
@@ -199,6 +207,28 @@ def _models(ns: argparse.Namespace, tmp: Path) -> tuple[Path, str | None]:
     return folder, f"{ns.models} {ns.sha256.lower()}\n"
 
 
+def _with_settings(config: Path | None, settings: list[str], tmp: Path) -> Path:
+    """``config`` (else the installer's default) with each ``KEY=VALUE`` set, as a file
+    in ``tmp``; each refused in one line naming it (the whole file is checked after)."""
+    from edge import config as config_mod
+    from edge.commands import config as config_command
+
+    text = config_mod.read_text(config) if config else config_mod.default_text()
+    for item in settings:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise CardError(f"--set {item}: give KEY=VALUE, e.g. --set camera.fps=5")
+        try:  # the key's type here; the values' rules with the whole config, after
+            text, _ = config_command.with_key(text, "--set", key.strip(), raw)
+            config_mod.parse(text, "--set", parts=())
+        except EdgeError as exc:
+            why = re.sub(r"^--set(:\d+)?: ", "", first_line(exc))
+            raise CardError(f"--set {item}: {why} (nothing written)") from None
+    path = tmp / "settings.toml"
+    path.write_text(text)
+    return path
+
+
 def _wheel(ns: argparse.Namespace, tmp: Path) -> Path:
     if not ns.wheel:
         from edge import deploy
@@ -223,11 +253,14 @@ def main(args: Sequence[str] | None = None) -> int:
         else:
             extra = _build(ns, tmp)
         config = Path(ns.config) if ns.config else None
+        if ns.set:
+            config = _with_settings(config, ns.set, tmp)
         password, carried = None, []
         if ns.view == "lan":  # checked as the Pi will read it: listening, with the login
             config, extra[card.SERVE_USERS], password = _lan(boot, config, tmp)
             carried = [card.LAN_LOGIN]
-        card.check_config(config, models, carried)  # file:line: section.key, before a wheel
+        label = f"{ns.config or 'the default config'} with --set" if ns.set else None
+        card.check_config(config, models, carried, label)  # file:line: section.key, first
         if ns.weights:
             _check_release(Path(ns.weights), config, tmp)
         wheel = _wheel(ns, tmp)

@@ -167,17 +167,17 @@ def check(text: str, path: str, *, models_yet: bool = False) -> config_mod.Confi
     return config
 
 
-def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
-    """The file's text with ``key`` set to ``raw``, checked; with the old and new value."""
+def with_key(text: str, where: str, key: str, raw: str) -> tuple[str, Any]:
+    """``text`` with ``key`` set to ``raw`` (comments, order and layout kept), unchecked;
+    and the key's value before."""
     import tomlkit
 
     section, name, default = field_of(key)
-    text = config_mod.read_text(path)
     try:
         doc = tomlkit.parse(text)
     except Exception as exc:  # tomlkit's errors: the config's own parser names the line
-        config_mod.parse(text, str(path), parts=())
-        raise ConfigError(f"{path}: not TOML ({first_line(exc)})") from None
+        config_mod.parse(text, where, parts=())
+        raise ConfigError(f"{where}: not TOML ({first_line(exc)})") from None
     if section not in doc:
         doc.add(tomlkit.nl())
         doc.add(section, tomlkit.table())
@@ -185,7 +185,13 @@ def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
     old = table.get(name, default)
     table[name] = value_of(raw, default)
     new_text = tomlkit.dumps(doc)
-    new_text += "" if new_text.endswith("\n") else "\n"
+    return new_text + ("" if new_text.endswith("\n") else "\n"), old
+
+
+def changed(path: Path, key: str, raw: str) -> tuple[str, Any, Any]:
+    """The file's text with ``key`` set to ``raw``, checked; with the old and new value."""
+    section, name, _ = field_of(key)
+    new_text, old = with_key(config_mod.read_text(path), str(path), key, raw)
     try:
         config = check(new_text, str(path), models_yet=True)
     except ConfigError:
