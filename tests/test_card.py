@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -790,3 +791,13 @@ def test_card_view_lan_takes_a_config_that_listens_on_the_lan(
         assert proc.returncode == 0, proc.stderr
         carried = (boot / card.BUNDLE / "da3-edge.toml").read_text()
         assert f'basic_auth_file = "{card.LAN_LOGIN}"' in carried, carried
+
+
+def test_the_bundle_the_guide_lists_is_the_one_card_writes() -> None:
+    """raspberry-pi.md's list of the bundle's folders names only folders card writes."""
+    text = " ".join((ROOT / "docs/how-to/raspberry-pi.md").read_text().split())
+    listed = re.search(r"copies the bundle into `da3-edge/` on the partition \((.*?)\) and", text)
+    assert listed, "the guide no longer lists the bundle"
+    folders = set(re.findall(r"`([\w.-]+)/`", listed.group(1)))
+    written = {card.bundle_name(rel).split("/")[1] for rel in deploy.FILES}
+    assert folders and folders <= written, folders - written
