@@ -16,7 +16,12 @@ from scripts.support import ROOT
 from scripts.support.tools import UV_CACHE
 
 TUTORIAL = ROOT / "docs" / "tutorial" / "first-depth-map.md"
-SET_UP = ("python3 -m pip install uv", "git clone ", "uv sync", "scripts/setup-export-env.sh")
+SET_UP = (
+    "curl -LsSf https://astral.sh/uv/",
+    "git clone ",
+    "uv sync",
+    "scripts/setup-export-env.sh",
+)
 
 
 def commands(text: str) -> list[str]:
@@ -31,12 +36,14 @@ def test_the_tutorial_sets_up_as_ci_does_then_runs_the_rest() -> None:
     set_up = [c for b in re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)[:1]
               for c in b.splitlines()]  # fmt: skip
     assert [c.split(" ")[0] for c in set_up] == [
-        "python3",
+        "curl",
         "git",
         "uv",
         "scripts/setup-export-env.sh",
     ]
-    assert "uv==0.13.9" in set_up[0] and "uv==0.13.9" in (ROOT / ".ci" / "run").read_text()
+    assert (
+        "/uv/0.13.9/install.sh" in set_up[0] and "uv==0.13.9" in (ROOT / ".ci" / "run").read_text()
+    )
     assert len(commands(text)) == 6
 
 
