@@ -53,6 +53,11 @@ COMMANDS = {
 USAGE = "usage: da3-edge [-h] [--version] COMMAND [ARGS...]"
 
 
+# The depth runtime's packages (pyproject.toml marks them for the machines they have
+# wheels for): where they are absent, a command that needs one says so in a line.
+RUNTIME_MODULES = {"numpy": "numpy", "PIL": "Pillow", "ai_edge_litert": "LiteRT (ai-edge-litert)"}
+
+
 def _help() -> str:
     lines = [
         USAGE,
@@ -101,6 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("DEBUG") == "1":
             traceback.print_exc()
         report(exc)
+        return 1
+    except ModuleNotFoundError as exc:
+        if exc.name not in RUNTIME_MODULES:
+            raise
+        report(
+            f"{RUNTIME_MODULES[exc.name]} is not installed: the depth runtime has packages "
+            "only for Linux (x86_64, aarch64) and macOS on Apple Silicon; on this machine "
+            "da3-edge readies cards (`da3-edge card`)"
+        )
         return 1
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return exc.code if isinstance(exc.code, int) else 1

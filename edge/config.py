@@ -588,11 +588,11 @@ Fail = Callable[[str, str, str], None]
 def _validate_daemon(config: Config, fail: Fail) -> None:
     """The daemon's rules between keys, and those no declaration can say."""
     cam, model, daemon = config.camera, config.model, config.daemon
-    from edge.camera import open_source
+    from edge import sources
     from edge.errors import UsageError
 
     try:
-        open_source(cam.source, width=cam.width, height=cam.height, timeout=cam.timeout)
+        sources.parse(cam.source)
     except UsageError as exc:
         fail("camera", "source", f"is not a usable source: {exc}")
     if cam.backoff_max < cam.backoff_min:

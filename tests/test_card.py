@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -26,7 +27,7 @@ from edge import card, deploy, packs
 from edge import config as config_mod
 from scripts.support import ROOT, fat
 from scripts.support.httpfile import Server
-from scripts.support.tools import require_tool, run_cli, tool_install
+from scripts.support.tools import UV_CACHE, require_tool, run_cli, tool_install
 from scripts.support.units import parse_unit
 
 # What Raspberry Pi Imager (2.x) writes for a trixie card with every customisation set:
@@ -270,6 +271,68 @@ def test_card_from_a_wheel_installed_outside_any_checkout(
         f"da3-edge: error: {site / 'data' / 'live.html'}: differs from what was installed (its "
         "RECORD hash): reinstall da3-edge, or pass --wheel"
     ), changed.stderr
+
+
+WINDOWS = {"sys_platform": "win32", "platform_machine": "AMD64", "platform_system": "Windows",
+           "os_name": "nt"}  # fmt: skip
+INTEL_MAC = {"sys_platform": "darwin", "platform_machine": "x86_64", "platform_system": "Darwin",
+             "os_name": "posix"}  # fmt: skip
+
+
+def runtime_set(environment: dict[str, str]) -> dict[str, str]:
+    """requirements/runtime.txt's pins (uv.lock's) that a machine of ``environment`` takes."""
+    from packaging.markers import Marker
+
+    text = (ROOT / "requirements" / "runtime.txt").read_text().replace("\\\n", " ")
+    pins = {}
+    for line in text.splitlines():
+        found = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)(?: ; ([^-]*?))?\s*(?:--hash|$)", line)
+        if found and (not found[3] or Marker(found[3]).evaluate(environment)):
+            pins[found[1]] = found[2]
+    return pins
+
+
+@pytest.mark.models  # the install may ask the index (tool_install's note)
+def test_card_on_a_laptop_without_the_depth_runtime(tmp_path: Path, wheel: Path) -> None:
+    """Windows and an Intel Mac get no numpy, Pillow or LiteRT (no wheels, or none we
+    run); with only what they get, installed with the wheel, `card --view lan --set`
+    readies Imager's card (the Pi builds its models), and a depth command says in one
+    line what is missing."""
+    pins = runtime_set(WINDOWS)
+    full = runtime_set({**WINDOWS, "sys_platform": "linux", "platform_machine": "aarch64",
+                        "platform_system": "Linux", "os_name": "posix"})  # fmt: skip
+    assert {"numpy", "pillow", "ai-edge-litert"} <= set(full) - set(pins), pins
+    assert {"numpy", "pillow", "ai-edge-litert"}.isdisjoint(runtime_set(INTEL_MAC))
+    uv = require_tool("uv", "python3 -m pip install uv (the version in requirements/uv.txt)")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=UV_CACHE)
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], env=env, check=True)
+    reqs = tmp_path / "windows.txt"
+    reqs.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
+    python = venv / "bin" / "python"
+    install = [uv, "pip", "install", "-q", "--python", str(python), "--no-deps", "-r", str(reqs),
+               str(wheel)]  # fmt: skip
+    proc = subprocess.run([*install, "--offline"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0 and "network was disabled" in proc.stderr:
+        proc = subprocess.run(install, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for module in ("numpy", "PIL", "ai_edge_litert"):
+        absent = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
+        assert absent.returncode != 0, module
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        args = ["card", str(boot), "--view", "lan", "--set", "camera.fps=4"]
+        proc = run_cli(args, python=python, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "builds its models from DA3's release" in proc.stdout
+        carried = (boot / card.BUNDLE / "da3-edge.toml").read_text()
+        assert config_mod.parse(carried, "card", parts=()).camera.fps == 4.0
+    snap = run_cli(["snap", str(tmp_path / "x.jpg")], python=python, cwd=tmp_path)
+    assert snap.returncode == 1 and snap.stderr.strip().splitlines() == [
+        "da3-edge: error: numpy is not installed: the depth runtime has packages only for "
+        "Linux (x86_64, aarch64) and macOS on Apple Silicon; on this machine da3-edge readies "
+        "cards (`da3-edge card`)"
+    ], snap.stderr
 
 
 def test_card_without_runcmd_gets_one(tmp_path: Path, card_models: Path, wheel: Path) -> None:

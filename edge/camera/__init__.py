@@ -15,10 +15,9 @@ one-line error saying what to install.
 
 from __future__ import annotations
 
-import math
-
+from edge import sources
 from edge.camera.base import Controls, Frame, Source, Streams
-from edge.errors import CameraError, CameraTimeout, UsageError
+from edge.errors import CameraError, CameraTimeout
 
 
 def open_source(
@@ -39,51 +38,23 @@ def open_source(
     return source
 
 
-def _source(spec: str, width: int, height: int, timeout: float) -> Source:
-    kind, _, rest = spec.partition(":")
-    if kind == "fake":
+def _source(text: str, width: int, height: int, timeout: float) -> Source:
+    spec = sources.parse(text)
+    if spec.kind == "fake":
         from edge.camera.fake import FakeCamera
 
-        return FakeCamera(rest, width=width, height=height)
-    if kind == "replay":
+        return FakeCamera(spec.script, width=width, height=height)
+    if spec.kind == "replay":
         from edge.camera.replay import ReplaySource
 
-        if not rest:
-            raise UsageError("replay needs a path: replay:PATH[@FPS][:once]")
-        once = rest.endswith(":once")
-        if once:
-            rest = rest[: -len(":once")]
-        path, _, fps_text = rest.rpartition("@") if "@" in rest else (rest, "", "")
-        try:
-            fps = float(fps_text) if fps_text else 5.0
-        except ValueError:
-            raise UsageError(f"replay fps {fps_text!r} is not a number") from None
-        if not 0 < fps < math.inf:  # nan fails this too
-            raise UsageError("replay fps must be a positive number")
-        return ReplaySource(path, fps=fps, loop=not once)
-    if kind == "opencv":
+        return ReplaySource(spec.path, fps=spec.fps, loop=spec.loop)
+    if spec.kind == "opencv":
         from edge.camera.opencv import OpenCVSource
 
-        return OpenCVSource(_index(kind, rest), width=width, height=height, timeout=timeout)
-    if kind == "picamera2":
-        from edge.camera.picamera2 import Picamera2Source
+        return OpenCVSource(spec.index, width=width, height=height, timeout=timeout)
+    from edge.camera.picamera2 import Picamera2Source
 
-        return Picamera2Source(
-            index=_index(kind, rest), width=width, height=height, timeout=timeout
-        )
-    raise UsageError(
-        f"unknown source {spec!r} (use picamera2[:INDEX], opencv[:INDEX], "
-        "replay:PATH[@FPS][:once] or fake[:SCRIPT])"
-    )
-
-
-def _index(kind: str, text: str) -> int:
-    """The camera number after ``KIND:`` (0 when none), or UsageError."""
-    if not text:
-        return 0
-    if not text.isdigit():
-        raise UsageError(f"{kind} camera index {text!r} is not a number (0, 1, ...)")
-    return int(text)
+    return Picamera2Source(index=spec.index, width=width, height=height, timeout=timeout)
 
 
 __all__ = [

@@ -28,55 +28,16 @@ frames, then a hang of a minute. Steps are consumed by reads (``openfail`` by op
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from edge.camera.base import Frame, SourceBase
-from edge.errors import CameraError, CameraTimeout, UsageError
+from edge.errors import CameraError, CameraTimeout
+from edge.sources import STEPS, Step, parse_script
 
-STEPS = ("ok", "error", "timeout", "hang", "freeze", "openfail", "fps", "end", "crash", "wedge")
-
-
-@dataclass
-class Step:
-    kind: str
-    count: int = 1
-    value: float = 0.0
-
-
-def parse_script(script: str) -> list[Step]:
-    steps: list[Step] = []
-    for raw in filter(None, (part.strip() for part in script.split(","))):
-        kind, _, arg = raw.partition(":")
-        count = 1
-        if "*" in kind:
-            kind, _, n = kind.partition("*")
-            try:
-                count = int(n)
-            except ValueError:
-                raise UsageError(f"fake script step {raw!r}: {n!r} is not a count") from None
-            if count < 1:
-                raise UsageError(f"fake script step {raw!r}: count must be at least 1")
-        if kind not in STEPS:
-            raise UsageError(f"fake script step {raw!r}: unknown step (use {', '.join(STEPS)})")
-        value = 0.0
-        if kind in ("hang", "fps"):
-            try:
-                value = float(arg)
-            except ValueError:
-                raise UsageError(
-                    f"fake script step {raw!r} needs a number, e.g. {kind}:5"
-                ) from None
-            if not 0 < value < math.inf:  # nan fails this too
-                raise UsageError(f"fake script step {raw!r}: must be a positive number")
-        elif arg:
-            raise UsageError(f"fake script step {raw!r}: takes no ':' argument")
-        steps.append(Step(kind, count, value))
-    return steps
+__all__ = ["STEPS", "FakeCamera", "Step", "parse_script"]
 
 
 class FakeCamera(SourceBase):
