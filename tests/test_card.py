@@ -864,3 +864,16 @@ def test_the_bundle_the_guide_lists_is_the_one_card_writes() -> None:
     folders = set(re.findall(r"`([\w.-]+)/`", listed.group(1)))
     written = {card.bundle_name(rel).split("/")[1] for rel in deploy.FILES}
     assert folders and folders <= written, folders - written
+
+
+@pytest.mark.parametrize("runcmd", [True, False])
+def test_user_data_written_on_windows_keeps_its_line_ends(runcmd: bool) -> None:
+    """Imager on Windows may write CRLF: the entry card adds uses the file's own line
+    end, the rest stays byte for byte, and a second merge finds the entry there."""
+    text = "#cloud-config\r\nhostname: pi\r\n" + ("runcmd:\r\n- [echo, hi]\r\n" if runcmd else "")
+    merged = card.merge_user_data(text, "user-data")
+    assert merged is not None and merged.startswith(text.rstrip("\r\n"))
+    assert "\n" not in merged.replace("\r\n", "")
+    assert "- [bash, /boot/firmware/da3-edge/first-boot.sh]\r\n" in merged
+    assert yaml.safe_load(merged)["runcmd"][-1] == ["bash", "/boot/firmware/da3-edge/first-boot.sh"]
+    assert card.merge_user_data(merged, "user-data") is None
