@@ -53,8 +53,8 @@ COMMANDS = {
 USAGE = "usage: da3-edge [-h] [--version] COMMAND [ARGS...]"
 
 
-# The depth runtime's packages (pyproject.toml marks them for the machines they have
-# wheels for): where they are absent, a command that needs one says so in a line.
+# The depth runtime's packages (pyproject.toml marks LiteRT for the machines it has
+# wheels for): where one is absent, a command that needs it says so in a line.
 RUNTIME_MODULES = {"numpy": "numpy", "PIL": "Pillow", "ai_edge_litert": "LiteRT (ai-edge-litert)"}
 
 
@@ -111,9 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.name not in RUNTIME_MODULES:
             raise
         report(
-            f"{RUNTIME_MODULES[exc.name]} is not installed: the depth runtime has packages "
-            "only for Linux (x86_64, aarch64) and macOS on Apple Silicon; on this machine "
-            "da3-edge readies cards (`da3-edge card`)"
+            f"{RUNTIME_MODULES[exc.name]} is not installed: depth needs LiteRT, numpy and "
+            "Pillow, and LiteRT has wheels only for Linux (x86_64, aarch64) and macOS on Apple "
+            "Silicon; elsewhere da3-edge readies cards (`da3-edge card`) and builds models"
         )
         return 1
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
