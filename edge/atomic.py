@@ -65,6 +65,8 @@ def write_bytes(
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    if os.name == "nt":  # Windows opens no directory to fsync; NTFS journals the rename
+        return
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
