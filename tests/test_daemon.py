@@ -18,12 +18,14 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from scripts.support import children
 from scripts.support.daemon import FAKE_CORES, DaemonProcess, frame_dirs, write_config
@@ -644,3 +646,54 @@ def test_status_json_while_running_and_after_sigterm(small_models: Path, tmp_pat
     assert_accounted(final)
     assert final["counters"]["written"] >= first["counters"]["written"]
     assert not list(store.glob(".status.json.*"))  # no temporary file left behind
+
+
+def test_the_daemon_writes_on_while_the_card_stalls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real daemon (a fake core), persisting to a card whose flush stalls until the
+    test lets it go: every frame is written to the ring meanwhile, and the copy lands
+    once the card answers. (Before, the writer thread waited out each of the copy's
+    nine fsyncs: a stalled card stopped the ring and, past 20 s, the watchdog.)"""
+    from edge import config as config_mod
+    from edge.daemon import Daemon
+    from edge.fakecore import FakeCore, fake_models
+    from edge.pipeline import Pipeline, PipelineSpec
+    from edge.store import ring
+    from edge.systemd import Notifier
+
+    store, keep = tmp_path / "store", tmp_path / "card"
+    gate, real_fsync = threading.Event(), os.fsync
+    stalled_in: set[str] = set()
+
+    def fsync(fd: int) -> None:  # the card's: stalls until the test lets it go
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(keep)):
+            stalled_in.add(threading.current_thread().name)
+            if threading.current_thread().name == "persist":
+                gate.wait(20)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(ring, "_syncfs", lambda: None, raising=False)  # each flush an fsync
+    models = fake_models(tmp_path / "models", [(378, 504)])
+    persist = {"persist_dir": str(keep), "persist_every": 0.01}
+    cfg = write_config(tmp_path / "c.toml", "fake:fps:60", store, models, store=persist)
+
+    def open_pipeline(model: object) -> Pipeline:
+        open_core, _ = FakeCore.opener()
+        return Pipeline.load(PipelineSpec(models), open_core=open_core)
+
+    daemon = Daemon(
+        config_mod.load(cfg), Notifier(None), max_frames=12, open_pipeline=open_pipeline
+    )
+    assert daemon.run() == 0
+    status = read_status(store)
+    assert stalled_in == {"persist"}, stalled_in  # never the writer's thread
+    assert status["counters"]["written"] == 12 and not gate.is_set()
+    assert status["persist"]["copied"] == 0 and status["persist"]["failed"] == 0
+    gate.set()
+    end = time.monotonic() + 30
+    while not [p for p in keep.glob("0*") if p.is_dir()] and time.monotonic() < end:
+        time.sleep(0.02)
+    copies = sorted(p.name for p in keep.iterdir())
+    assert copies == ["0000000000"], copies

@@ -5,11 +5,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from edge.config import StoreConfig
+from edge.store import ring
 from edge.store.ring import FS_SHARE, FrameStore
 from scripts.support.store import depth_frame
 from scripts.support.tools import tmpfs
@@ -235,3 +239,77 @@ def test_no_room_for_even_one_frame_fails_and_keeps_latest(tmp_path: Path) -> No
         assert info.value.errno == errno.ENOSPC
         assert _seqs(store) == [0] and not list(store.frames_dir.glob(".tmp-*"))
         assert (store.root / "latest").resolve().name == "0000000000"
+
+
+def _until(check: Callable[[], bool], what: str, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, f"no {what} within {deadline_s:g} s"
+        time.sleep(0.01)
+
+
+def test_a_stalled_card_never_holds_up_the_ring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer only offers a frame: while the card stalls in a flush (held here
+    until the test lets it go), offers return at once, later frames are passed over
+    (one copy under way at most) and the ring goes on; the copy, made in the persist
+    thread, holds the frame offered even after the ring has dropped it."""
+    gate = threading.Event()
+    flushed_in: list[str] = []
+    real_flush = ring.flush
+
+    def stalled(directory: Path, names: list[str]) -> None:
+        flushed_in.append(threading.current_thread().name)
+        gate.wait(60)
+        real_flush(directory, names)
+
+    monkeypatch.setattr(ring, "flush", stalled)
+    keep = tmp_path / "state"
+    store = FrameStore(
+        tmp_path / "run", StoreConfig(keep_frames=3, persist_dir=str(keep), persist_every=0.001)
+    )
+    assert store.persist is not None
+    assert store.persist.offer(store.write(depth_frame(0), {"n": 0}))
+    _until(lambda: bool(flushed_in), "flush started")
+    for n in range(1, 11):
+        assert not store.persist.offer(store.write(depth_frame(n), {"n": n}))  # busy
+    assert _seqs(store) == [8, 9, 10] and store.persist.copied == 0 and not gate.is_set()
+    gate.set()
+    _until(lambda: store.persist is not None and store.persist.copied == 1, "copy")
+    assert flushed_in == ["persist"]
+    assert _persisted(keep) == [("0000000000", 0)]
+    _until(lambda: store.persist is not None and not store.persist.busy(), "idle")
+    assert store.persist.offer(store.frames_dir / "0000000010")
+    _until(lambda: store.persist is not None and store.persist.copied == 2, "second copy")
+    assert _persisted(keep) == [("0000000000", 0), ("0000000001", 10)]
+    store.persist.close()
+
+
+def test_a_persisted_copy_is_two_flushes_not_one_per_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy's files reach the card in one flush (syncfs on Linux), then its rename:
+    not an fsync for each file and one for the folder after each (9 a frame)."""
+    keep = tmp_path / "state"
+    store = FrameStore(tmp_path / "run", StoreConfig(persist_dir=str(keep), persist_every=1.0))
+    assert store.persist is not None
+    path = store.write(depth_frame(0), {})
+    assert len(list(path.iterdir())) >= 3
+    fsyncs: list[int] = []
+    flushes: list[list[str]] = []
+    real_fsync, real_flush = os.fsync, ring.flush
+
+    def fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    def flush(directory: Path, names: list[str]) -> None:
+        flushes.append(names)
+        real_flush(directory, names)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(ring, "flush", flush)
+    assert store.persist.maybe_copy(path, now=0.0) is not None
+    assert [sorted(names) for names in flushes] == [sorted(p.name for p in path.iterdir())]
+    assert len(fsyncs) == (1 if ring._syncfs() is not None else len(flushes[0]) + 2)

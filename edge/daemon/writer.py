@@ -134,6 +134,8 @@ class Writer:
         store, source, steady = self._wanted
         if store is not self.store:
             self.state = ("starting", None)
+            if self.store.persist is not None and self.store.persist is not store.persist:
+                self.store.persist.close()
         if (store, source, steady) != (self.store, self.source, self.steady is not None):
             self.steady = Steady() if steady else None  # another scene: align afresh
         self.store, self.source = store, source
@@ -186,7 +188,7 @@ class Writer:
         now = time.monotonic()
         self.window.add(now, (now - frame.t_mono) * 1000)
         if store.persist is not None:
-            store.persist.maybe_copy(path)  # its failures are its own (Persistence)
+            store.persist.offer(path)  # copied in its own thread; its failures its own
 
 
 def iso(t: float) -> str:

@@ -25,21 +25,26 @@ are pruned, never ``latest``, the write is tried once more, and the cap shrinks 
 room found; it grows back, up to the fitted cap, as room comes back.
 
 Optional persistence (``Persistence``) copies the newest frame to ``persist_dir`` at
-most once every ``persist_every`` seconds (durably: fsync), keeping ``persist_keep``:
-the RAM-backed ring takes the write load, the SD card sees a trickle.
+most once every ``persist_every`` seconds (durably: flushed), keeping ``persist_keep``,
+in a thread of its own: the RAM-backed ring takes the write load, the SD card sees a
+trickle, and its stalls never reach the ring.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import secrets
 import shutil
+import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from edge import atomic, frames
 from edge.config import StoreConfig
@@ -265,7 +270,13 @@ class Persistence:
     with the copies of an earlier boot, and the new copies would be pruned as the
     oldest); a failure is its own (``failed``, ``state`` naming ``directory``), never
     the ring's, and the next try waits twice as long each time, up to 16x ``every``.
-    Used by the writer thread only.
+
+    The daemon's writer only ``offer``s a frame: its files are read then (from RAM,
+    before the ring drops them) and copied by a thread of this object's own, so a card
+    that stalls on a flush never holds up the ring, the live view or the watchdog;
+    while a copy is under way the frames offered are passed over (one copy in memory
+    at most). A copy is two flushes: its files' (one ``syncfs`` on Linux), then the
+    rename's. ``maybe_copy`` does the same in the caller's thread.
     """
 
     def __init__(self, directory: Path, every: float, keep: int) -> None:
@@ -277,15 +288,72 @@ class Persistence:
         self.state: tuple[str, str | None] = ("starting", None)
         self._next_at = float("-inf")
         self._wait = every
+        self._lock = threading.Lock()
+        self._busy = False
+        self._job: tuple[dict[str, bytes], float] | None = None
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
     def maybe_copy(self, frame_dir: Path, now: float | None = None) -> Path | None:
-        """Copy ``frame_dir`` if it is time; the copy, or None (not yet, or failed:
+        """Copy ``frame_dir`` now if it is time; the copy, or None (not yet, or failed:
         counted, logged and in ``state``)."""
         now = time.monotonic() if now is None else now
         if now < self._next_at:
             return None
         try:
-            target = self._copy(frame_dir)
+            files = _read_frame(frame_dir)
+        except OSError:
+            return None  # pruned by the ring already: the next frame will do
+        return self._run(files, now)
+
+    def offer(self, frame_dir: Path) -> bool:
+        """``frame_dir`` to the copying thread if a copy is due and none is under way
+        (True); never waits for the card."""
+        now = time.monotonic()
+        with self._lock:
+            if self._busy or self._closed or now < self._next_at:
+                return False
+            self._busy = True
+        try:
+            files = _read_frame(frame_dir)
+        except OSError:
+            with self._lock:
+                self._busy = False
+            return False
+        self._job = (files, now)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="persist", daemon=True)
+            self._thread.start()
+        self._wake.set()
+        return True
+
+    def busy(self) -> bool:
+        with self._lock:
+            return self._busy
+
+    def close(self) -> None:
+        """No more copies; one under way finishes in its thread (a daemon thread: it
+        never holds up the process's exit, and a copy cut short is a .tmp- folder the
+        next copy removes)."""
+        self._closed = True
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            job, self._job = self._job, None
+            if job is not None:
+                self._run(*job)
+                with self._lock:
+                    self._busy = False
+            if self._closed:
+                return
+
+    def _run(self, files: dict[str, bytes], now: float) -> Path | None:
+        try:
+            target = self._copy(files)
         except OSError as exc:
             self.failed += 1
             self._wait = min(self._wait * 2, 16 * self.every)
@@ -304,17 +372,20 @@ class Persistence:
         self._next_at = now + self.every
         return target
 
-    def _copy(self, frame_dir: Path) -> Path:
+    def _copy(self, files: dict[str, bytes]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        kept = sorted(p.name for p in self.directory.iterdir() if layout.is_frame_name(p.name))
+        listed = [p.name for p in self.directory.iterdir()]
+        for stale in (n for n in listed if n.startswith(".tmp-")):  # a copy cut short
+            shutil.rmtree(self.directory / stale, ignore_errors=True)
+        kept = sorted(n for n in listed if layout.is_frame_name(n))
         name = layout.frame_name(int(kept[-1]) + 1 if kept else 0)
         target = self.directory / name
         tmp = self.directory / f".tmp-{name}"
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            for src in frame_dir.iterdir():
-                atomic.write_bytes(tmp / src.name, src.read_bytes(), durable=True)
+            for file, data in files.items():
+                (tmp / file).write_bytes(data)
+            flush(tmp, list(files))  # the data on the card before the name points at it
             os.rename(tmp, target)
             atomic.fsync_dir(self.directory)
         except BaseException:
@@ -323,3 +394,43 @@ class Persistence:
         for old in kept[: max(0, len(kept) + 1 - self.keep)]:
             shutil.rmtree(self.directory / old, ignore_errors=True)
         return target
+
+
+def _read_frame(frame_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in frame_dir.iterdir()}
+
+
+def flush(directory: Path, names: list[str]) -> None:
+    """The files ``names`` in ``directory`` on their device: one syncfs on Linux (the
+    filesystem's whole write-back, in one call rather than one fsync a file), else an
+    fsync of each and of the folder."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        syncfs = _syncfs()
+        if syncfs is not None and syncfs(fd) == 0:
+            return
+        for name in names:
+            file = os.open(directory / name, os.O_RDONLY)
+            try:
+                os.fsync(file)
+            finally:
+                os.close(file)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    """The C library's syncfs(2), or None (not Linux, or a libc without it)."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return cast(Callable[[int], int], function)
