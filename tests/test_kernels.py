@@ -10,14 +10,12 @@ the report must say 5 calls and the loop's instructions, and nothing from before
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from scripts.support import ROOT
 from scripts.support import kernels as k
+from scripts.support.tools import require_tool
 
 PROGRAM = r"""
 #include <stdio.h>
@@ -41,8 +39,7 @@ int main(int argc, char **argv) {
 
 def test_the_plugin_counts_calls_between_the_markers(tmp_path: Path) -> None:
     for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc", "gcc"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} missing: .ci/run installs requirements/apt.txt")
+        require_tool(tool, ".ci/run installs requirements/apt.txt")
     plugin = tmp_path / "kcount.so"
     subprocess.run(
         ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(plugin),

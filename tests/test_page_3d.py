@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from scripts.support.models import cache_dir
 from scripts.support.scene import board_and_wall
 from scripts.support.serve import serving
 from scripts.support.store import board_store, write_board
+from scripts.support.tools import require_tool
 
 # WebGL without a GPU: chromium's ANGLE on SwiftShader, its CPU renderer.
 CHROMIUM_ARGS = ["--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
@@ -70,8 +70,7 @@ def test_the_3d_view_shows_a_board_in_front_of_a_wall(tmp_path: Path) -> None:
     they come. A screenshot is kept (.cache/tests/artifacts/page-3d.png)."""
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium missing: .ci/run installs it (requirements/apt.txt)"
+    chromium = require_tool("chromium", ".ci/run installs it: requirements/apt.txt")
     store = board_store(tmp_path / "store", SEEN, FORMATS)
     with (
         serving(["--store", str(store.root)], tmp_path / "serve.log") as s,

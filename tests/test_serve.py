@@ -12,7 +12,6 @@ import http.client
 import io
 import json
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from PIL import Image
 from scripts.support import children
 from scripts.support.daemon import daemon, frame_dirs, write_config
 from scripts.support.serve import Serve, serving
+from scripts.support.tools import require_tool
 
 SCENE: dict[str, dict[str, object]] = {
     "store": {"formats": ["png", "npz", "preview", "json", "rgb"]}  # with the scene
@@ -247,8 +247,9 @@ def test_metrics_parse_and_pass_promtool(fake_models: Path, tmp_path: Path) -> N
     info = [k for k in samples if k[0] == "da3edge_build_info"]
     assert info and dict(info[0][1])["random_init"] == "true"
     assert abs(samples[("da3edge_last_frame_timestamp_seconds", ())] - time.time()) < 60
+    promtool = require_tool("promtool", ".ci/run installs it: requirements/apt.txt")
     check = subprocess.run(
-        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
 
@@ -328,8 +329,7 @@ def test_the_live_page_in_a_real_browser(fake_models: Path, tmp_path: Path) -> N
 
     from scripts.support.models import cache_dir
 
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium missing: .ci/run installs it (requirements/apt.txt)"
+    chromium = require_tool("chromium", ".ci/run installs it: requirements/apt.txt")
     store = tmp_path / "store"
     with (
         daemon(tmp_path, store, fake_models, **SCENE) as d,
