@@ -15,7 +15,8 @@ scale and shift folded into the linear layer after it (``fold_norm``; LiteRT's c
 folds them too, summing in an order of its own). Both are computed here exactly or in
 float64, rounded once, so they give the same bytes on every machine; the torch export
 calls these same functions (``edge.export.mono``), so the export and ``models build``
-write the same bytes. tests/test_release.py checks them against the reference package.
+write the same bytes. So are the constants the shape alone makes (``rope_tables``,
+``uv_embedding_parts``). tests/test_release.py checks them against the reference package.
 """
 
 from __future__ import annotations
@@ -235,3 +236,57 @@ def fold_norm(
         math.fsum([float(b), *row]) for b, row in zip(bias.tolist(), products.tolist(), strict=True)
     ]
     return folded, np.asarray(sums, dtype=np.float64).astype(np.float32)
+
+
+# -- what the shape alone makes ---------------------------------------------------------
+# The RoPE tables and the head's UV embeddings depend only on the input shape. torch
+# computes them in float32 with vectorised sin and cos whose last bit depends on the
+# CPU (AVX-512 and AVX2 differ in a few elements), so an export's bytes would depend on
+# the machine that made it. Here: float64, libm's sin and cos one value at a time,
+# rounded once.
+
+
+def _sin_cos(angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    flat = angles.astype(np.float64).ravel().tolist()
+    sin = np.array([math.sin(a) for a in flat], dtype=np.float64).reshape(angles.shape)
+    cos = np.array([math.cos(a) for a in flat], dtype=np.float64).reshape(angles.shape)
+    return sin, cos
+
+
+def rope_tables(
+    positions: np.ndarray, head_dim: int, base: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """DA3's 2D RoPE (``RotaryPositionEmbedding2D``) looked up for (N, 2) integer (y, x)
+    ``positions``: cos_y, sin_y, cos_x, sin_x, each (1, 1, N, head_dim // 2) float32."""
+    dim = head_dim // 2
+    inv_freq = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    tables = []
+    for axis in (0, 1):
+        angles = positions[:, axis].astype(np.float64)[:, None] * inv_freq[None, :]
+        sin, cos = _sin_cos(np.concatenate([angles, angles], axis=-1))
+        tables += [cos.astype(np.float32)[None, None], sin.astype(np.float32)[None, None]]
+    return tables[0], tables[1], tables[2], tables[3]
+
+
+def uv_embedding_parts(
+    channels: int, ph: int, pw: int, height: int, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The head's UV sin/cos embedding (``create_uv_grid``, ``position_grid_to_embed``,
+    times 0.1) on a (ph, pw) grid of an input (height, width), as its two separable
+    parts: the first channels/2 depend on the column only, (1, channels/2, 1, pw); the
+    rest on the row only, (1, channels/2, ph, 1). float32."""
+    aspect = width / height
+    diag = (aspect**2 + 1.0) ** 0.5
+    span_x, span_y = aspect / diag, 1.0 / diag
+    xs = np.linspace(-span_x * (pw - 1) / pw, span_x * (pw - 1) / pw, pw)
+    ys = np.linspace(-span_y * (ph - 1) / ph, span_y * (ph - 1) / ph, ph)
+    quarter = channels // 4
+    omega = 1.0 / 100.0 ** (np.arange(quarter, dtype=np.float64) / quarter)
+
+    def embed(pos: np.ndarray) -> np.ndarray:  # (n,) -> (channels/2, n), times 0.1
+        sin, cos = _sin_cos(pos[:, None] * omega[None, :])
+        return (np.concatenate([sin, cos], axis=1) * 0.1).T
+
+    cols = embed(xs).astype(np.float32)[None, :, None, :]
+    rows = embed(ys).astype(np.float32)[None, :, :, None]
+    return cols, rows

@@ -242,6 +242,22 @@ def test_the_position_embedding_is_dinov2s(export_env: Path) -> None:
         assert same_shape == "True" and float(diff) < 5e-7, shape
 
 
+@pytest.mark.export
+def test_the_shape_constants_are_da3s(export_env: Path) -> None:
+    """The RoPE tables and the head's UV embeddings, computed in float64 with libm and
+    rounded once (the same bytes on every CPU, unlike torch's vectorised sin and cos),
+    against DA3's own torch functions: the UV parts within an ulp, the RoPE tables
+    within the rounding of torch's float32 angles (up to ~37 rad: ~2e-6)."""
+    shapes = ["378x504", "504x378", "42x56", "140x182"]
+    done = children.run("shape-constants-against-torch", *shapes, python=export_env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("SHAPE ")]
+    assert [line[1] for line in lines] == shapes
+    for _, shape, d_rope, d_uv in lines:
+        print(shape, d_rope, d_uv)
+        assert float(d_rope) < 4e-6 and float(d_uv) < 5e-8, shape
+
+
 def test_every_shipped_graph_is_readable_and_named_for_what_it_holds() -> None:
     shipped = graphs.available()
     assert {(s, p) for s in DEFAULT_SHAPES for p in ("fp16", "fp32")} <= set(shipped)

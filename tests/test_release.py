@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from edge.errors import ModelNotFound, WeightsError
-from edge.release import Release, fold_norm, resample_pos_embed
+from edge.release import Release, fold_norm, resample_pos_embed, rope_tables, uv_embedding_parts
 from scripts.support.release import write_release, write_safetensors
 
 TENSORS: dict[str, np.ndarray] = {
@@ -186,3 +186,18 @@ def test_the_computations_give_the_same_bytes_on_every_cpu() -> None:
     for array in (*outputs, *fold_norm(w, b, g, beta)):
         digest.update(array.tobytes())
     assert digest.hexdigest() == "59da61aec8f357e2c984ce93ff88e80dea2450507f5cf49819899249ec96518f"
+
+
+@pytest.mark.arm
+def test_the_shape_constants_give_the_same_bytes_on_every_cpu() -> None:
+    """The RoPE tables and UV embedding parts of two shapes, their SHA-256 as x86_64
+    computed them when this test was written: the aarch64 lane runs it on the A76, and
+    torch's own (vectorised float32 sin and cos) differed between two x86_64 CPUs."""
+    digest = hashlib.sha256()
+    for h, w in ((378, 504), (42, 56)):
+        ph, pw = h // 14, w // 14
+        grid = np.stack(np.meshgrid(np.arange(ph), np.arange(pw), indexing="ij"), -1)
+        positions = np.concatenate([np.zeros((1, 2), np.int64), grid.reshape(-1, 2) + 1])
+        for array in (*rope_tables(positions, 64, 100.0), *uv_embedding_parts(128, h, w, h, w)):
+            digest.update(array.tobytes())
+    assert digest.hexdigest() == "59db6cdc61f02ffe50df5531107d264909142f4fe19e2a1509966357410dff1d"

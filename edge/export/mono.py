@@ -17,28 +17,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edge.release import fold_norm, resample_pos_embed
+from edge.release import fold_norm, resample_pos_embed, rope_tables, uv_embedding_parts
 
 PATCH = 14
 
 
 def _rope_tables(rope: nn.Module, positions: Tensor, head_dim: int) -> tuple[Tensor, ...]:
-    """Gather the cos/sin rows the official RoPE would look up for ``positions``.
-
-    ``positions`` is (N, 2) integer (y, x). Returns cos_y, sin_y, cos_x, sin_x, each
-    shaped (1, 1, N, head_dim // 2) to broadcast over batch and heads.
-    """
-    feature_dim = head_dim // 2
-    max_position = int(positions.max()) + 1
-    cos_comp, sin_comp = rope._compute_frequency_components(
-        feature_dim, max_position, positions.device, torch.float32
-    )
-    tables = []
-    for axis in (0, 1):
-        idx = positions[:, axis]
-        tables.append(F.embedding(idx, cos_comp)[None, None])
-        tables.append(F.embedding(idx, sin_comp)[None, None])
-    return tuple(tables)
+    """The cos/sin rows the official RoPE would look up for ``positions`` ((N, 2)
+    integer (y, x)): cos_y, sin_y, cos_x, sin_x, each (1, 1, N, head_dim // 2), computed
+    by the numpy function ``models build``'s templates hold the result of (float64, one
+    rounding: the same bytes on every machine)."""
+    tables = rope_tables(positions.numpy(), head_dim, float(rope.base_frequency))
+    return tuple(torch.from_numpy(t) for t in tables)
 
 
 def _rotate(x: Tensor) -> Tensor:
@@ -65,19 +55,11 @@ def _separable_uv_embedding(
     half of the channels and a (1, C/2, h, 1) row part added to the second half, it is a
     few kilobytes and adds the same numbers. (Zero-padded full-channel parts get folded
     back into the full constant by the converter; slicing the channels keeps it small.)
+    Computed by ``edge.release.uv_embedding_parts`` (float64, one rounding), which
+    tests/test_release.py checks against the official functions.
     """
-    from depth_anything_3.model.utils.head_utils import create_uv_grid, position_grid_to_embed
-
-    uv = create_uv_grid(pw, ph, aspect_ratio=width / height, dtype=torch.float32)
-    pe = (position_grid_to_embed(uv, channels) * 0.1).permute(2, 0, 1)  # C, ph, pw
-    half = channels // 2
-    cols = pe[None, :half, :1, :].clone()
-    rows = pe[None, half:, :, :1].clone()
-    if not torch.equal(pe[:half], pe[:half, :1, :].expand(-1, ph, -1)) or not torch.equal(
-        pe[half:], pe[half:, :, :1].expand(-1, -1, pw)
-    ):
-        raise AssertionError("head UV embedding is not separable; the wrapper needs updating")
-    return cols, rows
+    cols, rows = uv_embedding_parts(channels, ph, pw, height, width)
+    return torch.from_numpy(cols), torch.from_numpy(rows)
 
 
 def _plain_norm(norm: nn.Module, x: Tensor) -> Tensor:

@@ -304,6 +304,41 @@ def pos_embed_against_torch(argv: list[str]) -> int:
 
 
 @child
+def shape_constants_against_torch(argv: list[str]) -> int:
+    """edge.release's RoPE tables and UV embedding parts against DA3's own torch
+    functions, at each HxW of ARGV: the largest difference of each, a line each."""
+    import numpy as np
+    import torch
+    from depth_anything_3.model.utils.head_utils import create_uv_grid, position_grid_to_embed
+
+    from edge.export.weights import random_state
+    from edge.release import rope_tables, uv_embedding_parts
+
+    rope = random_state(0).backbone.pretrained.rope
+    for text in argv:
+        h, w = (int(n) for n in text.split("x"))
+        ph, pw = h // 14, w // 14
+        grid = torch.cartesian_prod(torch.arange(ph), torch.arange(pw)) + 1
+        positions = torch.cat([torch.zeros(1, 2, dtype=grid.dtype), grid])
+        cos, sin = rope._compute_frequency_components(
+            32, int(positions.max()) + 1, "cpu", torch.float32
+        )
+        ref = [t[positions[:, axis]].numpy() for axis in (0, 1) for t in (cos, sin)]
+        ours = rope_tables(positions.numpy(), 64, float(rope.base_frequency))
+        d_rope = max(float(np.abs(r - o[0, 0]).max()) for r, o in zip(ref, ours, strict=True))
+        d_uv = 0.0
+        for channels, gh, gw in ((64, ph, pw), (128, ph * 14, pw * 14)):
+            uv = create_uv_grid(gw, gh, aspect_ratio=w / h, dtype=torch.float32)
+            pe = (position_grid_to_embed(uv, channels) * 0.1).permute(2, 0, 1).numpy()
+            cols, rows = uv_embedding_parts(channels, gh, gw, h, w)
+            whole = np.concatenate([np.broadcast_to(cols[0], (channels // 2, gh, gw)),
+                                    np.broadcast_to(rows[0], (channels // 2, gh, gw))])  # fmt: skip
+            d_uv = max(d_uv, float(np.abs(pe - whole).max()))
+        print(f"SHAPE {text} {d_rope:.3e} {d_uv:.3e}")
+    return 0
+
+
+@child
 def build_imports(argv: list[str]) -> int:
     """`da3-edge models build ARGV...` in this process, then which of the export's
     packages it loaded (none, on the owner's path)."""
