@@ -20,9 +20,10 @@ MAX_BYTES = 64 * 1024  # a PEM key with its chain fits; a secret is never bigger
 SECRET_BITS = 128  # every credential: a token, a password
 
 
-def read_secret_file(path: str, key: str) -> bytes:
-    """The whole of ``path``, which only its owner (this user) may read; ConfigError
-    naming ``key`` (the config key that named the file) and the fix if not."""
+def read_once(path: str | os.PathLike[str], key: str) -> tuple[bytes, os.stat_result]:
+    """``path``'s bytes (MAX_BYTES at most), opened without following a link, and the
+    stat of what was read; ConfigError naming ``key`` (the config key that named the
+    file) when it cannot be read or is not a regular file."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags)
@@ -32,19 +33,26 @@ def read_secret_file(path: str, key: str) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"{key}: {path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise ConfigError(
-                f"{key}: {path} belongs to uid {st.st_uid}, not to the user this runs as "
-                f"(uid {os.geteuid()}); chown it"
-            )
-        if st.st_mode & 0o077:
-            raise ConfigError(
-                f"{key}: {path} can be read by others (mode {stat.S_IMODE(st.st_mode):o});"
-                f" chmod 600 {path}"
-            )
-        return os.read(fd, MAX_BYTES)
+        return os.read(fd, MAX_BYTES), st
     finally:
         os.close(fd)
+
+
+def read_secret_file(path: str, key: str) -> bytes:
+    """The whole of ``path``, which only its owner (this user) may read; ConfigError
+    naming ``key`` and the fix if not."""
+    data, st = read_once(path, key)
+    if st.st_uid != os.geteuid():
+        raise ConfigError(
+            f"{key}: {path} belongs to uid {st.st_uid}, not to the user this runs as "
+            f"(uid {os.geteuid()}); chown it"
+        )
+    if st.st_mode & 0o077:
+        raise ConfigError(
+            f"{key}: {path} can be read by others (mode {stat.S_IMODE(st.st_mode):o});"
+            f" chmod 600 {path}"
+        )
+    return data
 
 
 def read_secret(path: str, key: str) -> bytes:

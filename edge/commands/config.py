@@ -302,9 +302,6 @@ def _flock(path: Path, flags: int, holder: str) -> Iterator[int]:
         os.close(fd)
 
 
-LOGIN_MAX_BYTES = 4096  # a login file: one user:secret line
-
-
 def new_login(path: Path, user: str | None) -> tuple[Path, str, str]:
     """The login file the config at ``path`` names (serve.basic_auth_file) given a new
     random password: only its hash written, atomically, the file's owner and mode kept
@@ -333,21 +330,10 @@ def new_login(path: Path, user: str | None) -> tuple[Path, str, str]:
 
 def _login_line(users: Path) -> tuple[str, os.stat_result]:
     """The first line of a login file, and its stat (not through a link)."""
-    import stat
+    from edge.credentials import read_once
 
-    key = "serve.basic_auth_file"
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(users, flags)
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {users} ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{key}: {users} is not a regular file")
-        lines = os.read(fd, LOGIN_MAX_BYTES).decode("utf-8", "replace").strip().splitlines()
-    finally:
-        os.close(fd)
+    data, st = read_once(users, "serve.basic_auth_file")
+    lines = data.decode("utf-8", "replace").strip().splitlines()
     return (lines[0].strip() if lines else ""), st
 
 
