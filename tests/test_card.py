@@ -293,6 +293,7 @@ def runtime_set(environment: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.models  # the install may ask the index (tool_install's note)
+@pytest.mark.root
 def test_card_on_a_laptop_without_the_depth_runtime(tmp_path: Path, wheel: Path) -> None:
     """Windows and an Intel Mac get no LiteRT (it has no wheels there); with what Windows
     gets but numpy and Pillow too, installed with the wheel, `card --view lan --set`
@@ -735,6 +736,7 @@ def build_cli(boot: Path, wheel: Path, *more: str) -> subprocess.CompletedProces
     return run_cli(["card", str(boot), *more, "--wheel", str(wheel)])
 
 
+@pytest.mark.root
 def test_card_without_models_lets_the_pi_build_them(tmp_path: Path, wheel: Path) -> None:
     """No --models: nothing of the models on the card, one line telling the Pi to build
     them from the hub's release (a pinned SHA-256 and a mirror when given); the config is
@@ -767,6 +769,7 @@ def test_card_without_models_lets_the_pi_build_them(tmp_path: Path, wheel: Path)
         assert plain.returncode == 0 and (bundle / card.MODELS_BUILD).read_text() == "hub - -\n"
 
 
+@pytest.mark.root
 def test_card_sets_config_keys_without_a_toml_file(tmp_path: Path, wheel: Path) -> None:
     """`--set KEY=VALUE` (repeated) over the default config, as `config set` takes them:
     the card's config has them, the shipped comments kept; a bad one is refused in one
@@ -793,6 +796,7 @@ def test_card_sets_config_keys_without_a_toml_file(tmp_path: Path, wheel: Path) 
         assert comments and all(line in carried.splitlines() for line in comments)
 
 
+@pytest.mark.root
 def test_card_with_weights_carries_the_release(tmp_path: Path, wheel: Path) -> None:
     """--weights DIR: the release goes on the card (checked: every tensor the build reads
     for the config's cores, by its header), and no download is asked for."""

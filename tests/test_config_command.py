@@ -276,6 +276,7 @@ def _basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
+@pytest.mark.root  # the file belongs to another user, as on the Pi
 def test_a_lost_password_is_replaced_in_one_command(tmp_path: Path) -> None:
     """`config password`: the login file the config names gets a new random password,
     printed once; the file holds only its hash, keeps its owner and mode, and a real
