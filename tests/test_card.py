@@ -263,8 +263,12 @@ def test_card_from_a_wheel_installed_outside_any_checkout(
         again = run_cli(args, python=python, cwd=tmp_path)
         assert again.returncode == 0 and again.stdout == f"{boot}: ready already, nothing changed\n"
         site = Path(where.stdout.split()[0]).parent
-        with (site / "data" / "live.html").open("a") as page:
-            page.write("<!-- changed -->\n")
+        # A new file in its place: uv installs by hard links into its cache, and an
+        # edit in place would change the cached wheel every later install takes.
+        page = site / "data" / "live.html"
+        text = page.read_bytes()
+        page.unlink()
+        page.write_bytes(text + b"<!-- changed -->\n")
         changed = run_cli(args, python=python, cwd=tmp_path)
     assert changed.returncode != 0
     assert changed.stderr.strip().splitlines()[-1] == (
