@@ -131,8 +131,7 @@ def check_config(
         if models is None:
             from edge import graphs
 
-            camera = (parsed.camera.width, parsed.camera.height)
-            graphs.cores_for(parsed.model.precision, parsed.model.size, camera, where)
+            graphs.cores_for(parsed, where)
         else:
             config_mod.check_models(parsed, text, models)
     except ConfigError as exc:

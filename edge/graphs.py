@@ -7,9 +7,13 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge.errors import ConfigError
 from edge.models import LONGEST_SIDE, MODEL_NAME, da3_shape, size_shapes
+
+if TYPE_CHECKING:
+    from edge.config import Config
 
 TEMPLATES = "cores"  # the package data folder (edge/data/cores)
 PRECISIONS = ("fp16", "fp32")  # what the graphs are made for (int8: `da3-edge export`)
@@ -43,23 +47,19 @@ def describe(shapes: set[tuple[int, int]]) -> str:
     return ", ".join(words + [f"{h}x{w}" for h, w in rest])
 
 
-def cores_for(
-    precision: str, size: int, camera: tuple[int, int], where: str
-) -> tuple[list[tuple[int, int]], list[str]]:
-    """The cores a daemon runs with ``precision`` at ``size`` (0: DA3's own) and a
-    ``camera`` of (width, height): every aspect a graph ships for at that size, the shape
-    of the camera's frames first when it is one (else the daemon takes the nearest
-    aspect). ConfigError (``where``: the config's name) when the precision or the size
-    has none."""
-    size = size or LONGEST_SIDE
+def cores_for(config: Config, where: str) -> tuple[list[tuple[int, int]], list[str]]:
+    """The cores the daemon of ``config`` runs, at its model.precision and model.size
+    (0: DA3's own): every aspect a graph ships for at that size, the shape of the
+    camera's frames first when it is one (else the daemon takes the nearest aspect).
+    ConfigError (``where``: the config's name) when the precision or the size has none."""
+    precision, size = config.model.precision, config.model.size or LONGEST_SIDE
     if precision not in PRECISIONS:
         raise ConfigError(
             f"{where}: model.precision is {precision!r}; the build makes fp16 and fp32 "
             "(int8: `da3-edge export`)"
         )
     have = {shape for shape, p in available() if p == precision}
-    width, height = camera
-    wanted = da3_shape(height, width, size)
+    wanted = da3_shape(config.camera.height, config.camera.width, size)
     shapes = [s for s in dict.fromkeys([wanted, *size_shapes(size)]) if s in have]
     if not shapes:
         raise ConfigError(
@@ -73,6 +73,4 @@ def for_config(path: str | os.PathLike[str]) -> tuple[list[tuple[int, int]], lis
     """``cores_for`` the daemon of config file ``path``."""
     from edge import config
 
-    settings = config.load(path)
-    camera = (settings.camera.width, settings.camera.height)
-    return cores_for(settings.model.precision, settings.model.size, camera, str(path))
+    return cores_for(config.load(path), str(path))

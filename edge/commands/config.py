@@ -223,8 +223,7 @@ def build_missing(text: str, path: str) -> bool:
     release = next((Path(s) for s in sources if s and Path(s).is_file()), None)
     if release is None:
         return False
-    camera = (config.camera.width, config.camera.height)
-    shapes, precisions = graphs.cores_for(config.model.precision, config.model.size, camera, path)
+    shapes, precisions = graphs.cores_for(config, path)
     _say(f"models: none for this {config.model.precision} model.size; building them from {release}")
     corebuild.build_models(release, folder, shapes, precisions, progress=_say)
     return True
