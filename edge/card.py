@@ -109,13 +109,13 @@ def check_config(
     models: Path | None,
     carried: Collection[str] = (),
     label: str | None = None,
-) -> None:
+) -> Any:
     """The config the Pi's daemon, serve and publish will read (the installer's default
     when None), by their rules and against the models going on the card (None: those the
     Pi will build, which need a graph): what the Pi would refuse 10-20 minutes into its
     first boot, refused here in one line. A credentials file must be one the card
     carries (``carried``: their paths on the Pi), or serve fails at every boot. ``label``:
-    the config's name in messages (default: its path)."""
+    the config's name in messages (default: its path). Returns it parsed (a Config)."""
     from edge import config as config_mod
 
     text = config_mod.read_text(config) if config else config_mod.default_text()
@@ -137,6 +137,7 @@ def check_config(
     except ConfigError as exc:
         hint = " (`da3-edge card --view lan` brings a login)" if "serve.host" in str(exc) else ""
         raise CardError(f"{exc}{hint} (nothing written)") from None
+    return parsed
 
 
 def _check_credentials(parsed: Any, text: str, carried: Collection[str]) -> None:

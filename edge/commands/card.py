@@ -12,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from edge import card
 from edge.commands import models as models_command
@@ -166,17 +167,14 @@ def _build(ns: argparse.Namespace, tmp: Path) -> dict[str, Path]:
     return {card.MODELS_BUILD: tmp / card.MODELS_BUILD}
 
 
-def _check_release(weights: Path, config: Path | None, tmp: Path) -> None:
-    """The release the card carries has every tensor the Pi's build will read, of the
-    network's shape and dtype (its header; the values are read on the Pi)."""
-    from edge import config as config_mod
+def _check_release(weights: Path, config: Any, where: str) -> None:
+    """The release the card carries has every tensor the build of ``config`` (a Config,
+    named ``where``) will read on the Pi, of the network's shape and dtype (its header;
+    the values are read on the Pi)."""
     from edge import corebuild, graphs
     from edge.release import Release
 
-    if config is None:
-        config = tmp / "default.toml"
-        config.write_text(config_mod.default_text())
-    shapes, precisions = graphs.for_config(config)
+    shapes, precisions = graphs.cores_for(config, where)
     try:
         with Release(weights) as release:
             for template in (corebuild.find(s, p) for s in shapes for p in precisions):
@@ -260,9 +258,9 @@ def main(args: Sequence[str] | None = None) -> int:
             config, extra[card.SERVE_USERS], password = _lan(boot, config, tmp)
             carried = [card.LAN_LOGIN]
         label = f"{ns.config or 'the default config'} with --set" if ns.set else None
-        card.check_config(config, models, carried, label)  # file:line: section.key, first
+        parsed = card.check_config(config, models, carried, label)  # file:line: key, first
         if ns.weights:
-            _check_release(Path(ns.weights), config, tmp)
+            _check_release(Path(ns.weights), parsed, label or str(config or "the default config"))
         wheel = _wheel(ns, tmp)
         if url is not None:
             extra[card.MODELS_URL] = tmp / card.MODELS_URL
