@@ -63,13 +63,25 @@ def release_for(weights: str, where: Path) -> Path:
     return path
 
 
-def check(weights: Path, precision: str) -> Result:
+Reference = tuple[np.ndarray, np.ndarray]  # numpy's depth and confidence of the probe
+
+
+def reference(weights: Path) -> Reference:
+    """DA3's depth and confidence of the probe image, computed with numpy from
+    ``weights``: the same for every precision checked against it."""
+    with Release(weights) as release:
+        return forward.depth(release, probe_image())
+
+
+def check(weights: Path, precision: str, ref: Reference | None = None) -> Result:
     """Build the probe core of ``precision`` from ``weights`` (in a temporary folder),
-    run it, and compare with numpy; ``ModelCorrupt`` when outside the limits."""
+    run it, and compare with numpy's ``ref`` (computed here when not given);
+    ``ModelCorrupt`` when outside the limits."""
     from edge.core import Core
 
     template = corebuild.find(PROBE_SHAPE, precision)
     image = probe_image()
+    ref_depth, ref_conf = ref if ref is not None else reference(weights)
     with Release(weights) as release, tempfile.TemporaryDirectory(prefix="da3-edge-") as tmp:
         built = corebuild.build_core(template, release, Path(tmp) / "probe.tflite")
         # fp32 arithmetic: what is checked is the graph and its weights; XNNPACK's fp16
@@ -77,7 +89,6 @@ def check(weights: Path, precision: str) -> Result:
         # emulated A76: rel-L2 7.8e-3 here), which the parity suite bounds elsewhere.
         with Core(built.path, threads=1, precision=precision, fp16_arithmetic=False) as core:
             depth, conf = core.run(image[None])
-        ref_depth, ref_conf = forward.depth(release, image)
     result = Result(
         precision,
         parity.compare(ref_depth, depth, precision),

@@ -288,6 +288,7 @@ def _forward_check(weights: str, source: Path, precisions: list[str]) -> int:
     failures = 0
     try:
         path = buildcheck.release_for(weights, source)
+        ref = buildcheck.reference(path)  # once for every precision
     except EdgeError as exc:
         print(f"  forward {shape}: FAILED", flush=True)
         report(exc)
@@ -295,7 +296,7 @@ def _forward_check(weights: str, source: Path, precisions: list[str]) -> int:
     for precision in precisions:
         label = f"forward {shape} {precision}"
         try:
-            result = buildcheck.check(path, precision)
+            result = buildcheck.check(path, precision, ref)
         except EdgeError as exc:
             failures += 1
             print(f"  {label:<16} FAILED", flush=True)
