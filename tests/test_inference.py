@@ -104,6 +104,19 @@ def fed(r: Running, every: float = 0.01) -> Iterator[None]:
         feeder.join(5)
 
 
+class AlwaysFull(Mailbox):
+    """A camera faster than anything: a frame of this instant whenever one is taken,
+    so the thread is never kept waiting and takes each frame when its policy says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq = 0
+
+    def take(self, timeout: float) -> Frame | None:
+        self.seq += 1
+        return frame(self.seq)
+
+
 def events(core: FakeCore) -> list[tuple[str, int, int]]:
     return [(event, index, n) for event, index, n, _ in core.log]
 
@@ -229,7 +242,8 @@ def test_after_a_reload_to_a_slower_core_frames_are_taken_by_its_pace(models: Pa
     have the thread take each frame for a 0.6 s one ~0.55 s before its core is free."""
     old, _ = fake_pipeline(models, delay=0.05)
     new, new_cores = fake_pipeline(models, delay=0.6)
-    with running(old) as r, fed(r):
+    with running(old) as r:
+        r.inference.mailbox = r.mailbox = AlwaysFull()
         r.take(4)
         r.inference.offer(new)
         got = r.take(8, timeout=30)
@@ -238,8 +252,8 @@ def test_after_a_reload_to_a_slower_core_frames_are_taken_by_its_pace(models: Pa
     submitted = {n: t for event, _, n, t in new_cores[0].log if event == "submit"}
     ages = [submitted[n] - item.frame.t_mono for n, item in enumerate(mine)]
     print("age of each frame when it went to the new core, s:", [round(a, 3) for a in ages])
-    # Image 0 goes at once (nothing in flight); image 1 may be taken before the new
-    # core's pace is known, and then waits for image 0; from image 2 on, the pace is known:
+    # Image 0 goes at once (nothing in flight); image 1 is taken before the new core's
+    # pace is known, and then waits for image 0; from image 2 on, the pace is known:
     # a frame is taken the slowest recent preprocessing before the core is free (on a
     # loaded machine that is long too), never the old core's 0.55 s.
     slowest = max(item.depth.timings_ms["preprocess"] for item in got) / 1000

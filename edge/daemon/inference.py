@@ -165,11 +165,12 @@ class Inference:
             if oldest is not None and (job is None or worker == oldest.worker):
                 self.pending.popleft()
                 done = oldest if self._collect(oldest) else None
+                if done is not None:  # before the submit below sets its wake by it
+                    self._core_s.add(done.job.timings["core"] / 1000)
             if job is not None and frame is not None:
                 self._submit(job, frame, worker)
             if done is not None:
                 self._finish(done)
-                self._core_s.add(done.job.timings["core"] / 1000)
             self._sweep()
 
     def _sweep(self) -> None:
