@@ -227,6 +227,34 @@ def test_a_full_filesystem_prunes_the_oldest_frames_and_retries(
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("room", [0.3, 0.7, 1.0, 1.2])
+def test_a_full_filesystem_writes_frames_of_varying_size(tmp_path: Path, room: float) -> None:
+    """A camera's frames vary in size (their content compresses more or less): once the
+    ring has pruned to the room something else left it, a frame larger than the last
+    one must still fit, not fail with ENOSPC while the ring holds frames it could drop
+    (about half the frames failed so in the soak's minute of full disk)."""
+    sizes = [(120, 160), (144, 160)]  # 20 % apart
+    one = _one_frame_bytes(tmp_path, sizes[1])
+    with tmpfs(tmp_path / "run", size="4m") as run:
+        store = FrameStore(run / "store", StoreConfig(keep_frames=100, max_bytes=100_000_000))
+        for n in range(6):
+            store.write(depth_frame(n, sizes[n % 2]), {})
+        fs = os.statvfs(run)
+        ballast = run / "ballast"  # leaves ``room`` of the larger frame
+        ballast.write_bytes(b"\0" * (fs.f_bavail * fs.f_frsize - int(room * one)))
+        failed = []
+        for n in range(6, 40):
+            try:
+                store.write(depth_frame(n, sizes[(n * 7 // 3) % 2]), {})
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                failed.append(n)
+        print(f"frames {one} B at most; failed {failed}; ring left {_seqs(store)}")
+        assert failed == [] and _seqs(store)[-1] == 39
+        assert not list(store.frames_dir.glob(".tmp-*"))
+
+
+@pytest.mark.root
 def test_no_room_for_even_one_frame_fails_and_keeps_latest(tmp_path: Path) -> None:
     size = (120, 160)
     with tmpfs(tmp_path / "run", size="4m") as run:

@@ -56,6 +56,8 @@ from edge.store.trust import check_root, read_store_id
 
 log = logging.getLogger("edge.store")
 FS_SHARE = 0.5  # of the filesystem's size, at most, for the ring
+RECENT = 8  # frames whose largest size is the estimate of the next one's
+BLOCK = 4096  # a filesystem block: a file's tail takes a whole one
 
 
 def _mib(n: float) -> str:
@@ -179,8 +181,11 @@ class FrameStore:
             frame, self.formats, {**record, "store_seq": seq},
             preview_max_side=self.preview_max_side, steady=steady,
         )  # fmt: skip
-        # The npz streams into its file: the last frame's size is the estimate of this one.
-        estimate = self._sizes[max(self._sizes)] if self._sizes else 0
+        # The npz streams into its file: the recent frames' sizes are the estimate of
+        # this one's (the largest: they vary with what the camera sees), with a block
+        # a file and one for the folder, which the filesystem counts and st_size not.
+        recent = list(self._sizes.values())[-RECENT:]
+        estimate = max(recent, default=0) + BLOCK * (len(blobs) + 1)
         try:
             final, size = self._put(seq, blobs, estimate)
         except OSError as exc:
@@ -215,11 +220,12 @@ class FrameStore:
         return final, size
 
     def _make_room(self, incoming: int) -> bool:
-        """The filesystem is full: prune the oldest frames (never ``latest``) until
+        """A write met a full filesystem: prune the oldest frames (never ``latest``),
+        one at least (the frame did not fit, whatever ``incoming`` said), until
         ``incoming`` bytes are free, and keep the ring within that room. False when
         nothing could be pruned."""
         pruned = 0
-        while len(self._sizes) > 1 and _free(self.root) < incoming:
+        while len(self._sizes) > 1 and (not pruned or _free(self.root) < incoming):
             self._drop(min(self._sizes))
             pruned += 1
         if not pruned:
