@@ -88,9 +88,10 @@ class Steady:
         agreement = float(np.mean(np.abs(ratios / scale - 1.0) <= TOLERANCE))
         if agreement < AGREE:
             return self._start(small, confident, float(np.median(reference)), agreement)
-        aligned = small * np.float32(scale)
-        self.reference = np.where(usable, reference + FOLLOW * (aligned - reference), reference)
-        low, high = self._frame_range(aligned[confident])
+        aligned = _scaled(small, scale)
+        kept = usable & np.isfinite(aligned)  # a pixel near float32's largest overflows
+        self.reference = np.where(kept, reference + FOLLOW * (aligned - reference), reference)
+        low, high = self._frame_range(aligned[confident & kept])
         assert self.range is not None
         self.range = (
             self.range[0] + RANGE_FOLLOW * (low - self.range[0]),
@@ -104,11 +105,11 @@ class Steady:
         """A new reference from this frame, scaled so that its confident median depth is
         ``level`` (the old reference's; the frame's own at the first)."""
         scale = level / float(np.median(small[confident]))
-        aligned = small * np.float32(scale)
+        aligned = _scaled(small, scale)
         usable = np.isfinite(aligned) & (aligned > 0)
-        fill = float(np.median(aligned[usable]))
+        fill = float(np.median(aligned[usable])) if usable.any() else level
         self.reference = np.where(usable, aligned, np.float32(fill)).astype(np.float32)
-        self.range = self._frame_range(aligned[confident])
+        self.range = self._frame_range(aligned[confident & usable])
         return Alignment(scale, *self.range, True, agreement)
 
     @staticmethod
@@ -118,3 +119,10 @@ class Steady:
         inverse = np.reciprocal(aligned.astype(np.float32))
         low, high = np.percentile(inverse, PERCENTILES)
         return float(low), float(max(high, low * (1 + 1e-6) + 1e-12))
+
+
+def _scaled(small: np.ndarray, scale: float) -> np.ndarray:
+    """``small`` times ``scale`` in float32; what overflows is infinity, for the caller
+    to leave out."""
+    with np.errstate(over="ignore"):
+        return small * np.float32(scale)

@@ -71,6 +71,24 @@ def test_a_scale_is_all_it_takes_away() -> None:
     assert steady.step(depth, conf).scale == pytest.approx(1.0, rel=1e-6)  # state kept
 
 
+def test_an_overflowing_frame_never_makes_the_scale_nan() -> None:
+    """A frame whose aligned depth overflows float32 (a pixel near its largest, as a core
+    that overflowed leaves after edge.pipeline.finite_maps) must not leave infinity in
+    the reference: every later frame's scale and range stay finite."""
+    rng = np.random.default_rng(0)
+    depth = (1 + rng.random((120, 160))).astype(np.float32)
+    conf = (1 + rng.random((120, 160))).astype(np.float32)
+    steady = Steady()
+    steady.step(depth, conf)
+    huge = depth * np.float32(0.25)  # scale 4 brings it to the reference: overflows
+    huge[::2, ::2] = np.finfo(np.float32).max  # a quarter of the grid, some confident
+    assert np.isfinite(steady.step(huge, conf).scale)
+    after = [steady.step(depth * np.float32(k), conf) for k in (1.0, 1.1, 0.9)]
+    for a in after:
+        assert np.isfinite([a.scale, a.low, a.high]).all(), a
+    assert steady.reference is not None and np.isfinite(steady.reference).all()
+
+
 def _written(store: Path) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
     """Each frame's record, npz depth and preview indices."""
     out = []
