@@ -454,6 +454,11 @@ def test_health_names_what_is_wrong(tmp_path: Path) -> None:
     assert health_of(root, running) == ("no frame yet (serve.max_age 2 s); camera ok, store ok")
     root = store(tmp_path, seq=7)  # one frame, written now
     assert health_of(root, running).startswith("ok: frame 7, ")
+    # A reload (a new model loading for seconds) keeps the old one writing frames: healthy
+    # while they come, said as such.
+    reloading = {**running, "state": "reloading"}
+    assert health_of(root, reloading).startswith("ok: frame 7, ")
+    assert health_of(root, reloading).endswith(" old; reloading")
     record = root / "frames" / "0000000007" / "frame.json"
     record.write_text(json.dumps({"store_seq": 7, "t_written": now - 9}))
     hung = {**running, "camera": {"state": "stalled", "reason": "no frame for 8 s"}}

@@ -356,7 +356,7 @@ def health(hub: Hub, *, max_age: float, status_every: float) -> tuple[bool, str]
     if status is None:
         return False, f"daemon not running: no {layout.STATUS} in {hub.root}"
     state = status.get("state")
-    if state != "running":
+    if state not in ("running", "reloading"):  # a reload keeps the running model writing
         return False, f"daemon {state}"
     updated = status.get("updated_at_unix")
     stale_after = 3 * status_every + 2
@@ -374,7 +374,8 @@ def health(hub: Hub, *, max_age: float, status_every: float) -> tuple[bool, str]
             f"{age} (serve.max_age {max_age:g} s); camera {_said(cam)}, store {_said(store)}"
         )
     assert newest is not None
-    return True, f"ok: frame {newest.seq}, {now - written:.1f} s old"
+    during = "; reloading" if state == "reloading" else ""
+    return True, f"ok: frame {newest.seq}, {now - written:.1f} s old{during}"
 
 
 def _said(part: Any) -> str:
