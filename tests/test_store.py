@@ -85,6 +85,32 @@ def test_restart_cleans_leftovers_and_continues_numbering(tmp_path: Path) -> Non
     assert again.write(depth_frame(9), {}).name == "0000000003"
 
 
+def test_a_removed_frames_folder_never_reuses_a_number_under_the_same_id(
+    tmp_path: Path,
+) -> None:
+    """Someone removes frames/ (to free room, to start clean): a number said once under
+    a store id is never said again for another frame under it, or serve's ETag
+    (id + number) would answer 304 for a frame the client never saw."""
+    import shutil
+
+    store = FrameStore(tmp_path, StoreConfig())
+    for n in range(3):
+        store.write(depth_frame(n), {})
+    said = {(store.instance, 2)}
+    shutil.rmtree(store.frames_dir)  # while the daemon runs: its next write meets it
+    with pytest.raises(OSError):
+        store.write(depth_frame(3), {})
+    store.prepare()  # what the writer does after a fault
+    name = store.write(depth_frame(4), {}).name
+    assert (store.instance, int(name)) not in said and int(name) >= 3
+    shutil.rmtree(store.frames_dir)  # while it is stopped: a restart starts again at 0
+    again = FrameStore(tmp_path, StoreConfig())
+    name = again.write(depth_frame(5), {}).name
+    assert name == "0000000000" and again.instance != store.instance
+    said |= {(store.instance, int(name))}
+    assert (again.instance, 0) not in said
+
+
 def test_formats_subset_always_keeps_the_record(tmp_path: Path) -> None:
     store = FrameStore(tmp_path, StoreConfig(formats=("npz",)))
     path = store.write(depth_frame(0), {})

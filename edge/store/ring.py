@@ -113,10 +113,11 @@ class FrameStore:
         for entry in os.scandir(self.frames_dir):
             if entry.is_dir(follow_symlinks=False) and entry.name.isdigit():
                 self._sizes[int(entry.name)] = _dir_bytes(Path(entry.path))
-        self._next_seq = max(self._sizes, default=-1) + 1
+        # Never back within a run (frames/ removed under it: the writer prepares again).
+        self._next_seq = max(max(self._sizes, default=-1) + 1, self._next_seq)
         for stale in self.root.glob(f".{LATEST}.*"):
             stale.unlink(missing_ok=True)
-        self.instance = self._instance_id()
+        self.instance = self._instance_id(anew=self._next_seq == 0)
         self.fitted = self.cap = self._fitted_cap()
         self.ready = True
 
@@ -147,12 +148,13 @@ class FrameStore:
         )  # fmt: skip
         return share
 
-    def _instance_id(self) -> str:
-        """This store's id (``store-id``, made at its first prepare): a store on /run is
-        made anew at boot and its frame numbers start again at 0; the id says which
-        store a number belongs to (serve's ETags)."""
+    def _instance_id(self, anew: bool) -> str:
+        """This store's id (``store-id``): a store on /run is made anew at boot and its
+        frame numbers start again at 0; the id says which store a number belongs to
+        (serve's ETags). Made at the first prepare, and again whenever numbering starts
+        at 0 (no frames: a frames/ removed while the daemon was stopped)."""
         path = self.root / STORE_ID
-        text = read_store_id(self.root)
+        text = None if anew else read_store_id(self.root)
         if text is not None:
             return text
         text = secrets.token_hex(8)
