@@ -267,10 +267,19 @@ def _serve() -> int:
         },
     )
     with core:
-        try:
-            return _serve_images(core, shared, stdin, out)
-        except (BrokenPipeError, EOFError):
-            return 0  # the parent went away (closed while an image was in flight)
+        return _answer(core, shared, stdin, out)
+
+
+def _answer(core: Core, shared: _Shared, stdin: IO[bytes], out: IO[bytes]) -> int:
+    try:
+        return _serve_images(core, shared, stdin, out)
+    except (BrokenPipeError, EOFError):
+        # The parent went away (closed while an image was in flight): what the reply
+        # left in the buffer goes nowhere, not into the closed pipe again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+        return 0
 
 
 def _send_line(out: IO[bytes], message: dict[str, Any]) -> None:

@@ -164,3 +164,30 @@ def test_without_memfd_an_unlinked_file_is_shared(
     with ProcessCore(fp16_path, threads=1) as core:
         np.testing.assert_array_equal(core.run(x)[0], expected)
     assert set(processes.fds("self")) <= fds_before  # nothing left open
+
+
+def test_a_parent_gone_mid_image_leaves_the_worker_quiet() -> None:
+    """The parent closes while an image is in flight (every daemon stop): the worker's
+    reply meets a closed pipe, and what it buffered must not be flushed again at exit
+    (Python 3.13 printed that BrokenPipeError as a traceback at every stop)."""
+    from edge import coreproc
+
+    class Answering:
+        last_ms = 1.0
+
+        def run(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return image[0, 0], image[0, 1]
+
+    class Maps:
+        image = np.zeros((1, 3, 2, 2), np.float32)
+        depth = np.zeros((2, 2), np.float32)
+        conf = np.zeros((2, 2), np.float32)
+
+    import io
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the parent is gone
+    out = os.fdopen(write_end, "wb")
+    stdin = io.BytesIO(coreproc._GO * 2)
+    assert coreproc._answer(Answering(), Maps(), stdin, out) == 0  # type: ignore[arg-type]
+    out.close()  # what exit does: nothing left to flush into the closed pipe
