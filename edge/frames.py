@@ -312,16 +312,22 @@ def point_cloud(
     source_size: tuple[int, int],
     *,
     random_init: bool,
+    shape: tuple[int, int] | None = None,
 ) -> tuple[bytes, geometry.Cloud]:
     """The PLY of a depth map and the cloud in it, coloured by the picture (``rgb``,
     any size) or, without one, by the preview's colours; ValueError when ``fov`` has no
-    degrees."""
+    degrees. With ``shape``, ``depth`` and ``conf`` are only the grid of a map of that
+    shape (every ``geometry.step_for(shape)``-th pixel, both ways)."""
+    if shape is None:
+        shape = (int(depth.shape[0]), int(depth.shape[1]))
+        step = geometry.step_for(shape)
+        depth, conf = depth[::step, ::step], conf[::step, ::step]
     colours = (
         rgb
         if rgb is not None
         else COLORMAP[np.rint(inverse_normalised(depth) * 255).astype(np.uint8)]
     )
-    made = geometry.cloud_of(depth, conf, colours, fov, source_size)
+    made = geometry.cloud_of_grid(depth, conf, shape, colours, fov, source_size)
     comments = geometry.ply_comments(
         fov, random_init=random_init, conf_threshold=made.conf_threshold
     )

@@ -177,6 +177,56 @@ def test_latest_ply_is_the_newest_frame_in_3d(tmp_path: Path) -> None:
     assert answer(app, "/latest.ply", if_none_match=headers["etag"])[0] == 304
 
 
+def test_latest_ply_of_a_12_mp_frame_fits_serves_memory(tmp_path: Path) -> None:
+    """A frame at a 12 MP camera's own size (store.size = "camera", 4608x2592, its
+    scene kept): the cloud is a million points at most, and making it must not hold the
+    whole map, its npz's bytes and the decoded scene at once (316 MiB at its peak, over
+    serve's MemoryMax=256M). Measured as the peak RSS (VmHWM, which an exec starts
+    afresh, unlike ru_maxrss) a fresh process adds making it."""
+    import subprocess
+    import sys
+
+    from edge.config import StoreConfig
+    from edge.store.ring import FrameStore
+    from scripts.support.scene import board_and_wall
+    from scripts.support.store import depth_frame
+
+    size = (2592, 4608)
+    scene = board_and_wall(size, 66.0, tilt=30.0)
+    frame = depth_frame(0, (14, 14))
+    frame.depth, frame.conf = scene.depth, np.full(size, 2.0, np.float32)
+    frame.source_size, frame.rgb = size, scene.rgb
+    frame.fov = FieldOfView(66.0, "config camera.hfov")
+    store = FrameStore(tmp_path / "store", StoreConfig(formats=("npz", "rgb", "json")))
+    store.write(frame, {"t_written": 0.0})
+    del scene, frame
+    probe = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from edge.serve import cloud\n"
+        "from edge.store.read import read_record\n"
+        "import numpy, PIL.Image, plyfile, io\n"
+        "root = Path(sys.argv[1]); record = read_record(root, 0)\n"
+        "def hwm():\n"
+        "    status = Path('/proc/self/status').read_text().splitlines()\n"
+        "    return next(int(x.split()[1]) for x in status if x.startswith('VmHWM'))\n"
+        "before = hwm()\n"
+        "data = cloud.make(root, 0, record)\n"
+        "after = hwm()\n"
+        "n = plyfile.PlyData.read(io.BytesIO(data))['vertex'].count\n"
+        "print(json.dumps({'added_mib': (after - before) / 1024, 'points': n}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(store.root)], capture_output=True, text=True,
+        check=True, timeout=120,
+    )  # fmt: skip
+    got = json.loads(out.stdout)
+    print(f"/latest.ply of 4608x2592: {got['points']} points, +{got['added_mib']:.0f} MiB peak")
+    assert 700_000 < got["points"] <= 1_000_000
+    # serve itself with numpy and Pillow loaded: ~46 MiB; +62 MiB here (2026-12-07).
+    assert got["added_mib"] < 96
+
+
 def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
     """No field of view: 404 saying to set camera.hfov; no depth kept: 404 naming
     store.formats; without the scene the points take the preview's colours."""
@@ -193,3 +243,16 @@ def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
     vertex = plyfile.PlyData.read(io.BytesIO(body))["vertex"]
     colours = {tuple(c) for c in np.stack([vertex["red"], vertex["green"], vertex["blue"]], 1)}
     assert code == 200 and colours <= {tuple(c) for c in frames.COLORMAP}
+    # A damaged npz (cut short; a map that is not float32) is said in one line.
+    root = scene_store(tmp_path / "d", known, ("npz", "json"))
+    npz = next((root / "frames").iterdir()) / "frame.npz"
+    whole = npz.read_bytes()
+    npz.write_bytes(whole[: len(whole) // 2])
+    code, _, body = answer(app_over(root), "/latest.ply")
+    assert code >= 400 and b"npz cannot be read" in body and body.count(b"\n") <= 1, body
+    with np.load(io.BytesIO(whole)) as maps:
+        depth, conf = maps["depth"], maps["conf"]
+    with open(npz, "wb") as fh:
+        np.savez(fh, depth=depth.astype(np.float64), conf=conf)
+    code, _, body = answer(app_over(root), "/latest.ply")
+    assert code >= 400 and b"not a float32 map" in body, body

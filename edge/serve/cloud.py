@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from edge.fov import FieldOfView
 from edge.serve.hub import Newest
 from edge.store.read import frame_names, read_record
-from edge.store.trust import read_in
+from edge.store.trust import open_in, read_in
 
 
 class Refused(Exception):
@@ -48,38 +50,76 @@ class Clouds:
 
 
 def make(root: Path, seq: int, record: dict[str, Any]) -> bytes:
-    """Frame ``seq``'s point cloud as PLY; Refused saying why there is none."""
+    """Frame ``seq``'s point cloud as PLY; Refused saying why there is none.
+
+    Only the cloud's grid of the maps is read (every ``geometry.step_for``-th row of the
+    npz, a few rows at a time) and the scene is decoded near that size: a 12 MP frame's
+    cloud costs serve tens of MiB, not the whole maps, their file and the picture."""
     fov = FieldOfView.from_record(record.get("field_of_view"))
     if fov.degrees is None:
         raise Refused(
             f"frame {seq} has no field of view ({fov.source.removeprefix('none: ')}): "
             "set camera.hfov in the daemon's config"
         )
-    raw = read_in(root, *frame_names(seq, "npz"))
-    if raw is None:
+    try:
+        fd = open_in(root, *frame_names(seq, "npz"))
+    except OSError:
         if read_record(root, seq) is None:
-            raise Refused(f"frame {seq} was pruned meanwhile", gone=True)
-        raise Refused('a point cloud needs the depth: "npz" in store.formats')
-    depth, conf = _arrays(raw, seq)
+            raise Refused(f"frame {seq} was pruned meanwhile", gone=True) from None
+        raise Refused('a point cloud needs the depth: "npz" in store.formats') from None
+    with os.fdopen(fd, "rb") as npz:
+        depth, conf, shape = _grid(npz, seq)
     scene = read_in(root, *frame_names(seq, "rgb"))
-    return _ply(depth, conf, _decoded(scene), fov, record)
+    return _ply(depth, conf, shape, _decoded(scene, depth.shape), fov, record)
 
 
-def _arrays(raw: bytes, seq: int) -> tuple[Any, Any]:
+def _grid(npz: BinaryIO, seq: int) -> tuple[Any, Any, tuple[int, int]]:
+    """The cloud's grid of the frame's depth and confidence, and the maps' shape."""
+    try:
+        with zipfile.ZipFile(npz) as archive:
+            depth, shape = _rows(archive, "depth", None)
+            conf, _ = _rows(archive, "conf", shape)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        raise Refused(f"frame {seq}'s npz cannot be read ({exc})") from None
+    return depth, conf, shape
+
+
+def _rows(
+    archive: zipfile.ZipFile, name: str, shape: tuple[int, int] | None
+) -> tuple[Any, tuple[int, int]]:
+    """Every ``step_for``-th pixel, both ways, of the 2-D float32 ``name`` in the npz
+    (of ``shape``, when the other map said it), read a step of rows at a time."""
     import numpy as np
 
-    try:
-        with np.load(io.BytesIO(raw)) as npz:
-            depth, conf = npz["depth"], npz["conf"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise Refused(f"frame {seq}'s npz cannot be read ({exc})") from None
-    if depth.ndim != 2 or depth.shape != conf.shape:
-        raise Refused(f"frame {seq}'s npz holds depth {depth.shape} and conf {conf.shape}")
-    return depth, conf
+    from edge.geometry import step_for
+
+    with archive.open(f"{name}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        found, fortran, dtype = read_header(member)
+        if len(found) != 2 or fortran or dtype != np.dtype("<f4"):
+            raise ValueError(f"{name} is {dtype} {found}, not a float32 map")
+        if shape is not None and found != shape:
+            raise ValueError(f"depth {shape} and conf {found}")
+        h, w = found
+        step = step_for((h, w))
+        grid = np.empty((-(-h // step), -(-w // step)), np.float32)
+        block = step * w * 4
+        for n in range(grid.shape[0]):
+            rows = member.read(min(block, (h - n * step) * w * 4))
+            if len(rows) < w * 4:
+                raise EOFError(f"{name} ends at row {n * step} of {h}")
+            grid[n] = np.frombuffer(rows, "<f4", count=w)[::step]
+    return grid, (h, w)
 
 
-def _decoded(jpeg: bytes | None) -> Any:
-    """The scene's pixels (H, W, 3) uint8, or None without a readable one."""
+def _decoded(jpeg: bytes | None, near: tuple[int, int]) -> Any:
+    """The scene's pixels (H, W, 3) uint8, decoded at no less than ``near`` (H, W)
+    where JPEG's scaled decoding allows (1/2, 1/4, 1/8), or None without a readable one."""
     if jpeg is None:
         return None
     import numpy as np
@@ -87,17 +127,27 @@ def _decoded(jpeg: bytes | None) -> Any:
 
     try:
         with Image.open(io.BytesIO(jpeg)) as image:
+            image.draft("RGB", (near[1], near[0]))
             return np.asarray(image.convert("RGB"))
     except (OSError, ValueError):
         return None
 
 
-def _ply(depth: Any, conf: Any, scene: Any, fov: FieldOfView, record: dict[str, Any]) -> bytes:
+def _ply(
+    depth: Any,
+    conf: Any,
+    shape: tuple[int, int],
+    scene: Any,
+    fov: FieldOfView,
+    record: dict[str, Any],
+) -> bytes:
     from edge import frames
 
     size = record.get("source_size")
     if not (isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size)):
-        size = list(depth.shape)
+        size = list(shape)
     flagged = record.get("random_init") is not False  # unless the record says real weights
-    data, _ = frames.point_cloud(depth, conf, scene, fov, (size[0], size[1]), random_init=flagged)
+    data, _ = frames.point_cloud(
+        depth, conf, scene, fov, (size[0], size[1]), random_init=flagged, shape=shape
+    )
     return data
