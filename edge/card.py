@@ -133,7 +133,9 @@ def check_config(
 
             graphs.cores_for(parsed, where)
         else:
-            config_mod.check_models(parsed, text, models)
+            from edge.pipeline import check_models
+
+            check_models(parsed, text, models)
     except ConfigError as exc:
         hint = " (`da3-edge card --view lan` brings a login)" if "serve.host" in str(exc) else ""
         raise CardError(f"{exc}{hint} (nothing written)") from None

@@ -128,11 +128,6 @@ class CameraConfig:
         unit="degrees",
     )  # fmt: skip
 
-    def controls(self) -> Any:
-        from edge.camera.base import Controls
-
-        return Controls(self.hflip, self.vflip, self.af, self.lens_position, self.fps)
-
 
 @dataclass(frozen=True)
 class DepthConfig:
@@ -667,24 +662,6 @@ def _validate_mqtt(mqtt: MqttConfig, fail: Fail) -> None:
         )
     if mqtt.device_id and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", mqtt.device_id):
         fail("mqtt", "device_id", "must be 1-64 of A-Z a-z 0-9 _ - (it is part of topics)")
-
-
-def check_models(config: Config, text: str, directory: str | os.PathLike[str] | None) -> None:
-    """The models ``config`` asks for (``model.precision``, ``model.size``) are in
-    ``directory`` (None: the user's default, edge.models.resolve_models_dir): what the
-    daemon checks at its start. ConfigError naming ``model.size`` (or ``model.dir``)."""
-    from edge.errors import EdgeError, first_line
-    from edge.models import Manifest, resolve_models_dir
-    from edge.pipeline import pick_size
-
-    model = config.model
-    try:
-        manifest = Manifest.load(resolve_models_dir(directory))
-        pick_size(manifest, model.precision, model.size or None)
-    except (EdgeError, OSError) as exc:
-        key = "size" if model.size else "dir"
-        why = first_line(exc) if isinstance(exc, EdgeError) else f"cannot read the models ({exc})"
-        raise ConfigError(f"{where(config.path, text, 'model', key)}: {why}") from None
 
 
 def load(path: str | os.PathLike[str] | None, parts: Collection[str] = DAEMON_PARTS) -> Config:

@@ -23,10 +23,11 @@ import numpy as np
 
 from edge import images, stages, trace
 from edge.closing import Closing
+from edge.config import Config, where
 from edge.core import Core, CoreLike, CoreSpec
 from edge.coreproc import ProcessCore
 from edge.depth import DepthFrame
-from edge.errors import ModelNotFound, ShapeError
+from edge.errors import ConfigError, EdgeError, ModelNotFound, ShapeError, first_line
 from edge.litert import require_litert_cpu
 from edge.models import (
     LONGEST_SIDE,
@@ -417,3 +418,18 @@ class Pipeline(Closing):
             core.close()
         self._cores.clear()
         self.stages.close()
+
+
+def check_models(config: Config, text: str, directory: str | os.PathLike[str] | None) -> None:
+    """The models ``config`` asks for (``model.precision``, ``model.size``) are in
+    ``directory`` (None: the user's default, edge.models.resolve_models_dir): what the
+    daemon checks at its start, for ``config check``/``set`` and ``card`` to say first.
+    ConfigError naming ``model.size`` (or ``model.dir``) in ``text``, the config's."""
+    model = config.model
+    try:
+        manifest = Manifest.load(resolve_models_dir(directory))
+        pick_size(manifest, model.precision, model.size or None)
+    except (EdgeError, OSError) as exc:
+        key = "size" if model.size else "dir"
+        why = first_line(exc) if isinstance(exc, EdgeError) else f"cannot read the models ({exc})"
+        raise ConfigError(f"{where(config.path, text, 'model', key)}: {why}") from None

@@ -76,3 +76,27 @@ def test_edge_imports_no_module_that_imports_it_back() -> None:
     loops = cycles(edges)
     print("\n".join(" -> ".join(c) for c in loops) or "no cycles")
     assert loops == []
+
+
+def reach(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_config_stands_below_the_runtime() -> None:
+    """The settings are read by everything and read nothing that runs: edge.config
+    reaches no model runtime, camera, pipeline, daemon or consumer, even lazily (the
+    checks that need models or a camera live with their owners)."""
+    edges = graph()
+    below = reach(edges, "edge.config")
+    assert "edge.models" in below  # the reader works
+    runtime = "edge.pipeline edge.core edge.camera edge.daemon edge.serve edge.publish"
+    runtime += " edge.frames edge.litert"
+    found = sorted(m for m in below if m.startswith(tuple(runtime.split())))
+    assert not found, found

@@ -163,7 +163,9 @@ def check(text: str, path: str, *, models_yet: bool = False) -> config_mod.Confi
             file=sys.stderr,
         )
         return config
-    config_mod.check_models(config, text, directory)
+    from edge.pipeline import check_models  # numpy's: only where there are models
+
+    check_models(config, text, directory)
     return config
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from edge.camera import CameraError, Frame, Source, Streams, open_source
-from edge.camera.base import CLOSE_GRACE
+from edge.camera.base import CLOSE_GRACE, Controls
 from edge.config import CameraConfig
 from edge.errors import CameraWedged
 from edge.fov import configured
@@ -131,12 +131,7 @@ class Capture:
                 # One source object per configuration: it is closed and reopened on
                 # faults (a fresh driver session each time), replaced on reload.
                 self._generation, self._config, streams = self._wanted
-                cfg = self._config
-                source = open_source(
-                    cfg.source, width=cfg.width, height=cfg.height, timeout=cfg.timeout,
-                    controls=cfg.controls(), streams=streams,
-                )  # fmt: skip
-                self.source = source
+                source = self.source = _source_of(self._config, streams)
             try:
                 self.state = (
                     "opening",
@@ -225,3 +220,16 @@ class Capture:
             if self.state[0] != "ok":
                 self.state = ("ok", None)
         return None, delivered
+
+
+def _source_of(cfg: CameraConfig, streams: Streams) -> Source:
+    """The (unopened) source ``cfg`` names, with its controls and ``streams``."""
+    controls = Controls(cfg.hflip, cfg.vflip, cfg.af, cfg.lens_position, cfg.fps)
+    return open_source(
+        cfg.source,
+        width=cfg.width,
+        height=cfg.height,
+        timeout=cfg.timeout,
+        controls=controls,
+        streams=streams,
+    )
