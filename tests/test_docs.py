@@ -39,19 +39,29 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
         return {"core_ms": core, "still_s": still, "still_peak_rss_mib": 300.0}
 
     def daemon(fps: float, core_ms: float) -> dict[str, object]:
-        return {"fps": fps, "core_s": core_ms / 1000, "ratio_to_core_rate": fps * core_ms / 1000,
-                "stages": "executorch"}  # fmt: skip
+        return {
+            "fps": fps,
+            "core_s": core_ms / 1000,
+            "ratio_to_core_rate": fps * core_ms / 1000,
+            "stages": "executorch",
+        }
 
     rounds = [
-        {"504/fp16": point(c, 2.0), "504/int8": point(c, 2.0),
-         "280/fp16": point(c / 4, 1.0), "280/int8": point(c / 4, 1.0),
-         "504/daemon": daemon(fps, c), "280/daemon": daemon(fps * 3, c / 4)}
+        {
+            "504/fp16": point(c, 2.0),
+            "504/int8": point(c, 2.0),
+            "280/fp16": point(c / 4, 1.0),
+            "280/int8": point(c / 4, 1.0),
+            "504/daemon": daemon(fps, c),
+            "280/daemon": daemon(fps * 3, c / 4),
+        }
         for c, fps in ((400.0, 2.4), (1000.0, 0.9), (420.0, 2.3))  # a noisy round
-    ]  # fmt: skip
+    ]
     rows = summarise([504, 280], rounds)
     assert [(r["size"], r["shape"], r["tokens"]) for r in rows] == [
-        (504, [378, 504], 972), (280, [210, 280], 300)
-    ]  # fmt: skip
+        (504, [378, 504], 972),
+        (280, [210, 280], 300),
+    ]
     assert rows[0]["core_ms"]["fp16"] == 420.0 and rows[0]["core_ratio"]["fp16"] == 1.0
     assert rows[1]["core_ms"]["int8"] == 105.0 and rows[1]["core_ratio"]["int8"] == 0.25
     assert rows[1]["still_ratio"]["fp16"] == 0.5
@@ -63,8 +73,15 @@ def test_the_price_of_sizes_is_medians_and_ratios_to_the_first() -> None:
     for row, flops in zip(rows, (75.3, 20.1), strict=True):
         row["gflop"] = flops
     machine = {"cpu": {"model": "cpu", "machine": "x86_64", "cores": 2}, "git_revision": "abc"}
-    data = {"machine": machine, "threads": 2, "rounds": 3, "image": "img", "random_init": True,
-            "daemon_frames": 30, "sizes": rows}  # fmt: skip
+    data = {
+        "machine": machine,
+        "threads": 2,
+        "rounds": 3,
+        "image": "img",
+        "random_init": True,
+        "daemon_frames": 30,
+        "sizes": rows,
+    }
     table = render_sizes(data)
     assert (
         "| 280 | 210x280 | 300 | 20.1 | 105 ms (0.25) | 105 ms (0.25) | 1.00 s (0.50) | "
@@ -180,3 +197,36 @@ def test_a_tool_will_not_measure_into_docs_bench_from_a_dirty_tree(
     generated.refuse_dirty(tmp_path / "scratch.json")  # outside docs/bench: allowed
     monkeypatch.setattr(bench, "git_revision", lambda: "abc1234")
     generated.refuse_dirty(generated.BENCH / "sizes-x86_64.json")
+
+
+def links(page: Path, docs: Path) -> set[Path]:
+    """The pages under ``docs`` that ``page`` links to (relative Markdown links)."""
+    found = set()
+    for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
+        path = (page.parent / target).resolve()
+        if path.is_relative_to(docs) and path.exists():
+            found.add(path)
+    return found
+
+
+def orphans(docs: Path) -> list[str]:
+    """The pages under ``docs`` that no chain of links from its README.md reaches."""
+    docs = docs.resolve()
+    seen, todo = {docs / "README.md"}, [docs / "README.md"]
+    while todo:
+        for page in links(todo.pop(), docs) - seen:
+            seen.add(page)
+            todo.append(page)
+    return sorted(str(p.relative_to(docs)) for p in docs.rglob("*.md") if p not in seen)
+
+
+def test_every_page_is_reachable_from_the_index(tmp_path: Path) -> None:
+    """A page no link leads to is a page nobody reads: every page under docs/ can be
+    reached from docs/README.md, link by link (a page planted with no link is found)."""
+    assert orphans(ROOT / "docs") == []
+    (tmp_path / "how-to").mkdir()
+    (tmp_path / "README.md").write_text("- [a](how-to/a.md)\n")
+    (tmp_path / "how-to" / "a.md").write_text("see [b](../b.md#part)\n")
+    (tmp_path / "b.md").write_text("# b\n")
+    (tmp_path / "c.md").write_text("[a](how-to/a.md)\n")
+    assert orphans(tmp_path) == ["c.md"]
