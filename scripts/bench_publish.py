@@ -75,8 +75,13 @@ def publisher(work: Path, store: Path, cfg: Path) -> subprocess.Popen[bytes]:
     log = work / "publish.log"
     argv = [sys.executable, "-m", "edge", "publish", "--config", str(cfg), "--store", str(store)]
     with open(log, "wb") as fh:
-        pub = subprocess.Popen(argv, cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=fh,
-                               stderr=subprocess.STDOUT)  # fmt: skip
+        pub = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     end = time.monotonic() + 10
     while "connected to" not in log.read_text() and time.monotonic() < end:
         time.sleep(0.05)
@@ -102,8 +107,7 @@ def one_run(work: Path, replay: Path, args: argparse.Namespace, preview: bool) -
     pub = publisher(work, store, cfg)
     try:
         cpu0 = processes.cpu_seconds(pub.pid)
-        replay_daemon(replay, store, args.models, config=cfg, fps=args.fps,
-                            frames=total, code=ROOT)  # fmt: skip
+        replay_daemon(replay, store, args.models, config=cfg, fps=args.fps, frames=total, code=ROOT)
         time.sleep(1.0)  # the last frames' messages
         cpu = processes.cpu_seconds(pub.pid) - cpu0
     finally:

@@ -124,9 +124,11 @@ def run_daemon(
         log = work / "serve.log"
         server = subprocess.Popen(
             [sys.executable, "-m", "edge", "serve", "--store", str(store), "--port", "0"],
-            cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"},
-            stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        )  # fmt: skip
+            cwd=ROOT,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=open(log, "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
         port = 0
         for _ in range(200):
             found = re.search(r"on http://[^:]+:(\d+)/", log.read_text())
@@ -138,8 +140,9 @@ def run_daemon(
             raise SystemExit(f"serve did not start: {log.read_text()[-2000:]}")
         client = Client(port, store)
         cpu0 = processes.cpu_seconds(server.pid)
-    records = replay_daemon(replay, store, models, config=config, fps=args.fps,
-                                  frames=total, code=ROOT)  # fmt: skip
+    records = replay_daemon(
+        replay, store, models, config=config, fps=args.fps, frames=total, code=ROOT
+    )
     if server is not None and client is not None:
         time.sleep(0.5)  # the last events
         client.close()

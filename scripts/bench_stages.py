@@ -112,9 +112,13 @@ def photo_like(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def compare(
-    backends: dict[str, Any], rgb: np.ndarray, depth: np.ndarray, conf: np.ndarray,
-    shape: tuple[int, int], n: int,
-) -> dict[str, Any]:  # fmt: skip
+    backends: dict[str, Any],
+    rgb: np.ndarray,
+    depth: np.ndarray,
+    conf: np.ndarray,
+    shape: tuple[int, int],
+    n: int,
+) -> dict[str, Any]:
     """Both backends' pre and post, call by call alternating: per backend the median and
     p90 (nearest rank), and the median of the per-round ratios executorch / numpy."""
     h, w = rgb.shape[:2]
@@ -177,8 +181,13 @@ def main() -> int:
     for backend in backends.values():
         backend.close()
     if ns.json:
-        record = {"size": [h, w], "shape": list(shape), "n": ns.n, "results": results,
-                  "rss_mib": breakdown}  # fmt: skip
+        record = {
+            "size": [h, w],
+            "shape": list(shape),
+            "n": ns.n,
+            "results": results,
+            "rss_mib": breakdown,
+        }
         print(json.dumps(record, indent=2))
     else:
         show(results, breakdown, ns)

@@ -106,9 +106,15 @@ def recipe_for(
     return recipe
 
 
-def make(data: bytes, shape: tuple[int, int], precision: str, release: dict[str, np.ndarray],
-         table: dict[bytes, list[tuple[str, Any]]], known: set[bytes],
-         made_with: dict[str, str]) -> bytes:  # fmt: skip
+def make(
+    data: bytes,
+    shape: tuple[int, int],
+    precision: str,
+    release: dict[str, np.ndarray],
+    table: dict[bytes, list[tuple[str, Any]]],
+    known: set[bytes],
+    made_with: dict[str, str],
+) -> bytes:
     """The template (uncompressed) of ``data``."""
     computed = computed_constants(release, shape)
     regions, skeleton, at, unexplained = [], bytearray(), 0, []
@@ -179,10 +185,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", default=[])
     p.add_argument("--out", type=Path, default=graphs.templates_dir())
     p.add_argument(
-        "--stages", type=Path, metavar="DIR",
+        "--stages",
+        type=Path,
+        metavar="DIR",
         help="also write the ExecuTorch stage programs (pre, pre1, post: the same for "
         "every shape) into DIR, each checked as the export checks it (edge/data/stages)",
-    )  # fmt: skip
+    )
     p.add_argument("--allow-dirty", action="store_true", help="for trying the tool only")
     return p
 
@@ -223,9 +231,12 @@ def main(argv: list[str] | None = None) -> int:
                 path = ns.out / graphs.template_name(shape, precision)
                 path.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))
                 check(path, weights, data)
-                print(f"[{n}/{len(shapes)}] {shape[0]}x{shape[1]} {precision}: "
-                      f"{path.stat().st_size / 1e3:.0f} kB template, same bytes "
-                      f"({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
+                print(
+                    f"[{n}/{len(shapes)}] {shape[0]}x{shape[1]} {precision}: "
+                    f"{path.stat().st_size / 1e3:.0f} kB template, same bytes "
+                    f"({time.monotonic() - t0:.0f} s)",
+                    flush=True,
+                )
     return 0
 
 

@@ -37,12 +37,19 @@ SIZES = (504, 448, 392, 336, 280, 224)
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--weights", required=True, type=Path)
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)),
-                   help="comma-separated; the first is the one ratios are to")  # fmt: skip
+    p.add_argument(
+        "--sizes",
+        default=",".join(map(str, SIZES)),
+        help="comma-separated; the first is the one ratios are to",
+    )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--daemon-frames", type=int, default=30,
-                   help="frames the daemon is timed over at each size (0: no daemon)")  # fmt: skip
+    p.add_argument(
+        "--daemon-frames",
+        type=int,
+        default=30,
+        help="frames the daemon is timed over at each size (0: no daemon)",
+    )
     p.add_argument("--runtime-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
     p.add_argument("--models", type=Path, help="export into (and reuse) this folder")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -51,8 +58,8 @@ def parser() -> argparse.ArgumentParser:
 
 def export(weights: Path, out: Path, shapes: list[tuple[int, int]]) -> None:
     """The cores at ``shapes``, fp16 and int8, and the stage programs, verified."""
-    argv = [sys.executable, "-m", "edge", "export", "--weights", str(weights), "--out", str(out),
-            "--precision", ",".join(PRECISIONS)]  # fmt: skip
+    argv = [sys.executable, "-m", "edge", "export", "--weights", str(weights), "--out", str(out)]
+    argv += ["--precision", ",".join(PRECISIONS)]
     for h, w in shapes:
         argv += ["--shape", f"{h}x{w}"]
     subprocess.run(argv, check=True, cwd=ROOT)
@@ -69,8 +76,8 @@ def timed_core(
     python: Path, models: Path, shape: tuple[int, int], precision: str, threads: int
 ) -> float:
     """``core_ms`` in a fresh runtime-env process (no torch beside the core)."""
-    argv = [str(python), "-m", "scripts.price_sizes", "core", str(models),
-            f"{shape[0]}x{shape[1]}", precision, str(threads)]  # fmt: skip
+    args = [str(models), f"{shape[0]}x{shape[1]}", precision, str(threads)]
+    argv = [str(python), "-m", "scripts.price_sizes", "core", *args]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"core timing failed: {proc.stderr[-2000:]}")
@@ -92,10 +99,10 @@ def daemon(
     from scripts.support.compare_pytorch.measure import daemon_round
 
     replay_fps = max(10.0, float(round(2000.0 / core_ms)))
+    core_s = core_ms / 1000
     return daemon_round(
-        ns.runtime_python, models, ns.threads, work, ns.daemon_frames, replay_fps, 1, size,
-        core_ms / 1000,
-    )  # fmt: skip
+        ns.runtime_python, models, ns.threads, work, ns.daemon_frames, replay_fps, 1, size, core_s
+    )
 
 
 def one_round(
@@ -112,24 +119,31 @@ def one_round(
     for size in ns.sizes:
         shape = da3_shape(*IMAGE, size)
         for precision in PRECISIONS:
-            snap = [str(ns.runtime_python), "-m", "edge", "snap", str(photo), "-o",
-                    str(work / "out"), "--models", str(models), "--size", str(size),
-                    "--precision", precision, "--threads", str(ns.threads)]  # fmt: skip
+            snap = [str(ns.runtime_python), "-m", "edge", "snap", str(photo)]
+            snap += ["-o", str(work / "out"), "--models", str(models), "--size", str(size)]
+            snap += ["--precision", precision, "--threads", str(ns.threads)]
             still = bench.cold_still(snap, cwd=ROOT, env=env)
             out[f"{size}/{precision}"] = {
                 "core_ms": timed_core(ns.runtime_python, models, shape, precision, ns.threads),
                 "still_s": still["seconds"],
                 "still_peak_rss_mib": still["peak_rss_mib"],
             }
-            print(f"  {size} {precision}: core {out[f'{size}/{precision}']['core_ms']:.0f} ms, "
-                  f"still {still['seconds']:.2f} s", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"  {size} {precision}: core {out[f'{size}/{precision}']['core_ms']:.0f} ms, "
+                f"still {still['seconds']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if daemons and ns.daemon_frames:
             run = Path(tempfile.mkdtemp(prefix=f"daemon-{size}-", dir=work))
             d = daemon(ns, models, run, size, out[f"{size}/fp16"]["core_ms"])
             out[f"{size}/daemon"] = d
             ratio = d["ratio_to_core_rate"]
-            print(f"  {size} daemon: {d['fps']:.2f} frames/s = {ratio:.2f} x (1 / core)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"  {size} daemon: {d['fps']:.2f} frames/s = {ratio:.2f} x (1 / core)",
+                file=sys.stderr,
+                flush=True,
+            )
     return out
 
 

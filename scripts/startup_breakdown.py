@@ -43,8 +43,8 @@ def traced_snap(
     trace = out / "trace.jsonl"
     trace.unlink(missing_ok=True)
     env = {**os.environ, **env, "DA3_EDGE_TRACE": str(trace)}
-    argv = [sys.executable, "-m", "edge", "snap", str(image), "-o", str(out), "--models",
-            str(models), "--precision", precision, "--weight-cache", cache]  # fmt: skip
+    argv = [sys.executable, "-m", "edge", "snap", str(image), "-o", str(out)]
+    argv += ["--models", str(models), "--precision", precision, "--weight-cache", cache]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"snap failed: {proc.stderr.strip()[-500:]}")
@@ -69,8 +69,10 @@ def render(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
         for mode, marks in modes.items():
             what = MODES[mode][1]
             lines += ["", f"{precision}, {what} (medians; MiB)"]
-            lines.append(f"{'mark':<24} {'t ms':>7} {'step':>6} {'RSS':>6} {'anon':>6} "
-                         f"{'file':>6} {'peak':>6}")  # fmt: skip
+            lines.append(
+                f"{'mark':<24} {'t ms':>7} {'step':>6} {'RSS':>6} {'anon':>6} "
+                f"{'file':>6} {'peak':>6}"
+            )
             prev = 0.0
             for m in marks:
                 t = m["s"] * 1000
@@ -78,8 +80,10 @@ def render(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                 def mib(key: str, m: dict[str, Any] = m) -> str:
                     return f"{m[key] / 1024:>6.0f}" if m[key] is not None else "     -"
 
-                lines.append(f"{m['mark']:<24} {t:>7.0f} {t - prev:>6.0f} {mib('rss')} "
-                             f"{mib('anon')} {mib('file')} {mib('hwm')}")  # fmt: skip
+                lines.append(
+                    f"{m['mark']:<24} {t:>7.0f} {t - prev:>6.0f} {mib('rss')} "
+                    f"{mib('anon')} {mib('file')} {mib('hwm')}"
+                )
                 prev = t
     return "\n".join(lines)
 
@@ -92,15 +96,17 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", type=Path)
     p.add_argument(
-        "--baseline-kib", metavar="NATIVE,EMULATED",
+        "--baseline-kib",
+        metavar="NATIVE,EMULATED",
         help="peak RSS of a Python with numpy and Pillow, natively and under the emulator "
         "this runs in (scripts/arm-lane.sh rss): recorded in the JSON",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--fp16-arithmetic", action="store_true",
+        "--fp16-arithmetic",
+        action="store_true",
         help="fp16 also with XNNPACK's fp16 arithmetic (a CPU with it: the emulated A76), "
         "the other fp16 runs with it off",
-    )  # fmt: skip
+    )
     ns = p.parse_args()
     precisions = ns.precision.split(",")
 
@@ -132,8 +138,10 @@ def main() -> int:
     print(render(results))
     if ns.json:
         data: dict[str, Any] = {
-            "machine": bench.machine_info(), "rounds": ns.rounds, "results": results
-        }  # fmt: skip
+            "machine": bench.machine_info(),
+            "rounds": ns.rounds,
+            "results": results,
+        }
         if ns.baseline_kib:
             native, emulated = (int(v) for v in ns.baseline_kib.split(","))
             data["baseline_peak_kib"] = {"native": native, "emulated": emulated}

@@ -87,7 +87,11 @@ def cost(rounds: int) -> dict[str, Any]:
             t2 = time.perf_counter()
             frames.render(frame, FORMATS, preview_max_side=PREVIEW, steady=alignment)
             t3 = time.perf_counter()
-            for key, seconds in (("step", t1 - t0), ("render", t2 - t1), ("render_steady", t3 - t2)):  # fmt: skip
+            for key, seconds in (
+                ("step", t1 - t0),
+                ("render", t2 - t1),
+                ("render_steady", t3 - t2),
+            ):
                 times[key].append(seconds * 1000)
         ms = {key: float(np.median(values)) for key, values in times.items()}
         ms["extra"] = ms["step"] + ms["render_steady"] - ms["render"]

@@ -35,15 +35,28 @@ def size(text: str) -> tuple[int, int]:
     return int(w), int(h)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--photo", type=Path, help="the image the virtual camera shows "
-                    "(default: a photograph from scikit-image's test data)")  # fmt: skip
-    ap.add_argument("--models", type=Path, help="a model directory with fp16 cores "
-                    "(default: the VM's random-weight test models, 42x56, built if missing)")  # fmt: skip
+    ap.add_argument(
+        "--photo",
+        type=Path,
+        help="the image the virtual camera shows "
+        "(default: a photograph from scikit-image's test data)",
+    )
+    ap.add_argument(
+        "--models",
+        type=Path,
+        help="a model directory with fp16 cores "
+        "(default: the VM's random-weight test models, 42x56, built if missing)",
+    )
     ap.add_argument("--frames", type=int, default=3, help="frames to write (default 3)")
     ap.add_argument("--size", type=size, default=(640, 480), help="WxH (default 640x480)")
     ap.add_argument("--out", type=Path, default=Path("vm-camera"), help="(default ./vm-camera)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.frames < 1:
         ap.error("--frames must be at least 1")
@@ -73,24 +86,31 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     if out.exists():
         shutil.rmtree(out)
-    print(f"booting the VM: {photo.name} at {width}x{height}, {args.frames} frames "
-          f"(emulated: 21-280 s a frame; at most {wait} s)", flush=True)  # fmt: skip
-    result = vm.run(job, files, timeout=wait + 300, memory_mib=2048, job=out,
-                    shares=vm.camera_shares(lay_out=True))  # fmt: skip
+    print(
+        f"booting the VM: {photo.name} at {width}x{height}, {args.frames} frames "
+        f"(emulated: 21-280 s a frame; at most {wait} s)",
+        flush=True,
+    )
+    shares = vm.camera_shares(lay_out=True)
+    result = vm.run(job, files, timeout=wait + 300, memory_mib=2048, job=out, shares=shares)
     log = (out / "daemon.txt").read_text(errors="replace") if (out / "daemon.txt").exists() else ""
     rc = int((out / "daemon.rc").read_text()) if (out / "daemon.rc").exists() else result.rc
     if rc != 0 or not (out / "status.json").exists():
         print(log or result.out, file=sys.stderr)
-        print(f"vm-camera: the daemon part failed (exit {rc}); console: {out / 'console.txt'}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"vm-camera: the daemon part failed (exit {rc}); console: {out / 'console.txt'}",
+            file=sys.stderr,
+        )
         return 1
     status = json.loads((out / "status.json").read_text())
     frames = sorted((out / "daemon-frames").iterdir()) if (out / "daemon-frames").exists() else []
     print(f"state: {status['state']}; counters: {json.dumps(status['counters'])}")
     if status.get("model", {}).get("random_init"):
         print("model: random-init weights (test models): the depth is not DA3's")
-    print(f"{len(frames)} frames in {out / 'daemon-frames'}; status.json, the journal "
-          f"(daemon.txt) and the console beside them")  # fmt: skip
+    print(
+        f"{len(frames)} frames in {out / 'daemon-frames'}; status.json, the journal "
+        f"(daemon.txt) and the console beside them"
+    )
     return 0 if frames else 1
 
 

@@ -114,15 +114,24 @@ def test_counting_config_is_the_default_but_a_ring_for_every_frame(tmp_path: Pat
 def test_daemon_summary_leaves_out_the_warmup_and_names_what_ran() -> None:
     def record(seq: int, t: float, core: float) -> dict[str, object]:
         return {
-            "store_seq": seq, "t_written": t, "latency_ms": 100.0 + seq,
+            "store_seq": seq,
+            "t_written": t,
+            "latency_ms": 100.0 + seq,
             "timings_ms": {"core": core, "preprocess": 10.0 * seq},
-            "dropped_stale_total": seq, "precision": "fp16", "stages": "executorch",
-            "workers": 1, "threads": 2,
-        }  # fmt: skip
+            "dropped_stale_total": seq,
+            "precision": "fp16",
+            "stages": "executorch",
+            "workers": 1,
+            "threads": 2,
+        }
 
     # A slow warm-up frame (seq 0) that the steady rate and the medians must not see.
-    records = [record(0, 0.0, 900.0), record(1, 5.0, 300.0), record(2, 5.5, 310.0),
-               record(3, 6.0, 320.0)]  # fmt: skip
+    records = [
+        record(0, 0.0, 900.0),
+        record(1, 5.0, 300.0),
+        record(2, 5.5, 310.0),
+        record(3, 6.0, 320.0),
+    ]
     got = daemon_summary(records, warmup=1)
     assert got["frames"] == 3 and got["fps"] == 2.0
     assert (got["core_in_daemon_p50_ms"], got["preprocess_in_daemon_p50_ms"]) == (310.0, 20.0)

@@ -113,8 +113,15 @@ def test_a_picamera2_index_libcamera_does_not_report_is_one_line() -> None:
     Module 3 on one connector)."""
     from edge.camera.picamera2 import check_index
 
-    cameras = [{"Model": "imx708_wide", "Location": 2, "Rotation": 180, "Num": 0,
-                "Id": "/base/axi/pcie@120000/rp1/i2c@88000/imx708@1a"}]  # fmt: skip
+    cameras = [
+        {
+            "Model": "imx708_wide",
+            "Location": 2,
+            "Rotation": 180,
+            "Num": 0,
+            "Id": "/base/axi/pcie@120000/rp1/i2c@88000/imx708@1a",
+        }
+    ]
     check_index(0, cameras)
     with pytest.raises(CameraError) as refused:
         check_index(1, cameras)
@@ -281,13 +288,16 @@ class _FakePicamera2:
 
     def __init__(self, num: int = 0) -> None:
         self.camera_controls = {
-            "AfMode": (0, 2, 0), "LensPosition": (0.0, 15.0, 1.0),
-            "FrameDurationLimits": (33333, 120000, 33333), "AfTrigger": (0, 1, 0),
-        }  # fmt: skip
+            "AfMode": (0, 2, 0),
+            "LensPosition": (0.0, 15.0, 1.0),
+            "FrameDurationLimits": (33333, 120000, 33333),
+            "AfTrigger": (0, 1, 0),
+        }
         self.camera_properties = {
-            "Model": "imx708", "PixelArraySize": (4608, 2592),
+            "Model": "imx708",
+            "PixelArraySize": (4608, 2592),
             "PixelArrayActiveAreas": [(0, 0, 4608, 2592)],
-        }  # fmt: skip
+        }
         self.ns = 0
         _FakePicamera2.made.append(self)
 
@@ -307,8 +317,11 @@ class _FakePicamera2:
     def camera_configuration(self) -> dict[str, object]:
         asked = self.config["transform"]
         transform = asked if self.flips else _FakeLibcamera.Transform()
-        out = {"main": {"format": "RGB888", "size": (64, 48)}, "transform": transform,
-               "colour_space": self.config["colour_space"]}  # fmt: skip
+        out = {
+            "main": {"format": "RGB888", "size": (64, 48)},
+            "transform": transform,
+            "colour_space": self.config["colour_space"],
+        }
         lores = self.config.get("lores")
         if isinstance(lores, dict):
             out["lores"] = {"format": lores["format"], "size": lores["size"]}
@@ -387,9 +400,16 @@ def test_picamera2_controls_applied_and_read_back(fake_picamera2: type[_FakePica
     assert (transform.hflip, transform.vflip) == (1, 1)
     assert source.refused == []
     applied = source.applied
-    assert applied == {"af": "manual", "lens_position": 2.0, "fps": 5.0, "hflip": True,
-                       "vflip": True, "sensor_rate": 5.0, "frame_rate": 5.0,
-                       "lens_position_now": 0.5}  # fmt: skip
+    assert applied == {
+        "af": "manual",
+        "lens_position": 2.0,
+        "fps": 5.0,
+        "hflip": True,
+        "vflip": True,
+        "sensor_rate": 5.0,
+        "frame_rate": 5.0,
+        "lens_position_now": 0.5,
+    }
     assert frames[-1].rgb.shape == (48, 64, 3)
 
 

@@ -244,8 +244,11 @@ def test_card_from_a_wheel_installed_outside_any_checkout(
     python = tool_install(wheel, tmp_path / "tool")
     where = subprocess.run(
         [python, "-c", "import edge.deploy as d; print(d.__file__, d.checkout_root())"],
-        capture_output=True, text=True, cwd=tmp_path, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
     assert not where.stdout.startswith(str(ROOT)) and where.stdout.split()[1] == "None"
     config = tmp_path / "int8.toml"
     config.write_text(INT8)
@@ -277,10 +280,18 @@ def test_card_from_a_wheel_installed_outside_any_checkout(
     ), changed.stderr
 
 
-WINDOWS = {"sys_platform": "win32", "platform_machine": "AMD64", "platform_system": "Windows",
-           "os_name": "nt"}  # fmt: skip
-INTEL_MAC = {"sys_platform": "darwin", "platform_machine": "x86_64", "platform_system": "Darwin",
-             "os_name": "posix"}  # fmt: skip
+WINDOWS = {
+    "sys_platform": "win32",
+    "platform_machine": "AMD64",
+    "platform_system": "Windows",
+    "os_name": "nt",
+}
+INTEL_MAC = {
+    "sys_platform": "darwin",
+    "platform_machine": "x86_64",
+    "platform_system": "Darwin",
+    "os_name": "posix",
+}
 
 
 def runtime_set(environment: dict[str, str]) -> dict[str, str]:
@@ -303,8 +314,12 @@ def test_card_on_a_laptop_without_the_depth_runtime(tmp_path: Path, wheel: Path)
     gets but numpy and Pillow too, installed with the wheel, `card --view lan --set`
     readies Imager's card (the Pi builds its models), and a depth command says in one
     line what is missing."""
-    pi = {"sys_platform": "linux", "platform_machine": "aarch64", "platform_system": "Linux",
-          "os_name": "posix"}  # fmt: skip
+    pi = {
+        "sys_platform": "linux",
+        "platform_machine": "aarch64",
+        "platform_system": "Linux",
+        "os_name": "posix",
+    }
     assert "ai-edge-litert" in runtime_set(pi)
     for laptop in (WINDOWS, INTEL_MAC):
         assert "ai-edge-litert" not in runtime_set(laptop) and "numpy" in runtime_set(laptop)
@@ -317,8 +332,8 @@ def test_card_on_a_laptop_without_the_depth_runtime(tmp_path: Path, wheel: Path)
     reqs = tmp_path / "windows.txt"
     reqs.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
     python = venv / "bin" / "python"
-    install = [uv, "pip", "install", "-q", "--python", str(python), "--no-deps", "-r", str(reqs),
-               str(wheel)]  # fmt: skip
+    install = [uv, "pip", "install", "-q", "--python", str(python), "--no-deps"]
+    install += ["-r", str(reqs), str(wheel)]
     proc = subprocess.run([*install, "--offline"], env=env, capture_output=True, text=True)
     if proc.returncode != 0 and "network was disabled" in proc.stderr:
         proc = subprocess.run(install, env=env, capture_output=True, text=True)
@@ -472,15 +487,14 @@ def first_boot(
         f"mount --bind {logs} /var/log && mount --bind {tmp_path}/units /etc/systemd/system"
         " && mount -t tmpfs tmpfs /run"
     )
+    isolated = ["--mount", "--propagation", "private", *(["--net"] if netns else [])]
+    script = f"{mounts} && exec bash {bundle}/first-boot.sh"
     proc = subprocess.run(
-        [
-            "unshare", "--mount", "--propagation", "private", *(["--net"] if netns else []),
-            "--", "bash", "-c", f"{mounts} && exec bash {bundle}/first-boot.sh",
-        ],
+        ["unshare", *isolated, "--", "bash", "-c", script],
         capture_output=True,
         text=True,
         env={**os.environ, "DA3_EDGE_FIRST_BOOT_WAIT": str(wait_s)},
-    )  # fmt: skip
+    )
     return proc, boot, logs / "da3-edge-install.log"
 
 
@@ -520,8 +534,10 @@ def test_first_boot_runs_again_at_each_boot_until_it_has_installed(tmp_path: Pat
     analyze = require_tool("systemd-analyze", "apt install systemd")
     verify = subprocess.run(
         [analyze, "verify", str(tmp_path / "units" / "da3-edge-first-boot.service")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert verify.returncode == 0, verify.stderr
 
 

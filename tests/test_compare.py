@@ -23,18 +23,18 @@ Compared = tuple[dict[str, Any], str]  # the JSON, the printed table
 
 @pytest.fixture(scope="module")
 def compared(
-    export_env: Path, random_weights: Path, full_models: Path,
+    export_env: Path,
+    random_weights: Path,
+    full_models: Path,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Compared:  # fmt: skip
+) -> Compared:
     """One short run of compare_pytorch, every part of it on: its JSON and its table."""
     out = tmp_path_factory.mktemp("compare") / "compare.json"
-    argv = [
-        str(export_env), "-m", "scripts.compare_pytorch", "--weights", str(random_weights),
-        "--models", str(full_models), "--rounds", "1", "--daemon-frames", "4",
-        "--daemon-rounds", "1", "--daemon-workers", "1,2", "--serve-rounds", "1",
-        "--before", str(ROOT),  # this checkout against itself: the pairing, not a speed-up
-        "--json", str(out),
-    ]  # fmt: skip
+    argv = [str(export_env), "-m", "scripts.compare_pytorch", "--weights", str(random_weights)]
+    argv += ["--models", str(full_models), "--rounds", "1", "--daemon-frames", "4"]
+    argv += ["--daemon-rounds", "1", "--daemon-workers", "1,2", "--serve-rounds", "1"]
+    argv += ["--before", str(ROOT)]  # this checkout against itself: the pairing, not a speed-up
+    argv += ["--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
@@ -69,8 +69,12 @@ def test_compare_pytorch_stills(compared: Compared) -> None:
     assert data["peer"] == {"measured": False, "reason": "no --peer given"}
     assert "depth-anything.cpp: not measured (no --peer given)" in printed
     before = data["before"]
-    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    git = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     assert before["revision"] == (git or None) and len(before["ratios"]) == 1
     assert before["median_ratio"] > 0
 

@@ -190,8 +190,10 @@ def _defaults_in(tree: ast.AST) -> Iterator[tuple[str, str, object]]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             a = node.args
             positional = [*a.posonlyargs, *a.args]
-            pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True),
-                     *zip(a.kwonlyargs, a.kw_defaults, strict=True)]  # fmt: skip
+            pairs = [
+                *zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True),
+                *zip(a.kwonlyargs, a.kw_defaults, strict=True),
+            ]
             for arg, default in pairs:
                 if default is not None:
                     yield from _literal(node.name, arg.arg, default)

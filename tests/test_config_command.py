@@ -248,8 +248,8 @@ def test_a_size_the_built_models_lack_is_built_from_their_release(tmp_path: Path
 
     release = write_release(tmp_path / "release", tensors_for([(42, 56)]), seed=3)
     models = tmp_path / "models"
-    built = run_cli(["models", "build", "--weights", str(release), "--shape", "42x56",
-                     "--no-stages", "--out", str(models)])  # fmt: skip
+    build = ["models", "build", "--weights", str(release), "--shape", "42x56", "--no-stages"]
+    built = run_cli([*build, "--out", str(models)])
     assert built.returncode == 0, built.stderr
     path = tmp_path / "da3-edge.toml"
     path.write_text(

@@ -78,8 +78,8 @@ def test_a_built_core_loads_and_runs(stand_in: Path, tmp_path: Path) -> None:
 
 
 def test_the_owner_path_loads_no_torch(stand_in: Path, tmp_path: Path) -> None:
-    done = children.run("build-imports", "--weights", stand_in, "--shape", TEXT,
-                        "--out", tmp_path / "m", "--no-stages", timeout=300)  # fmt: skip
+    args = ("--weights", stand_in, "--shape", TEXT, "--out", tmp_path / "m", "--no-stages")
+    done = children.run("build-imports", *args, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "LOADED"
 
@@ -183,8 +183,9 @@ def test_a_full_disk_leaves_no_partial(stand_in: Path, tmp_path: Path) -> None:
     the fp32 partial is removed, the fp16 core and its manifest entry stay."""
     with tmpfs(tmp_path / "small", size="60m") as disk:
         out = disk / "models"
-        code, lines, _ = build("--shape", TEXT, "--precision", "fp16,fp32", "--no-stages",
-                               weights=stand_in, out=out)  # fmt: skip
+        code, lines, _ = build(
+            "--shape", TEXT, "--precision", "fp16,fp32", "--no-stages", weights=stand_in, out=out
+        )
         assert code == 1, lines
         print(lines[-1])
         assert lines[-1].startswith("da3-edge: error: ") and "No space left on device" in lines[-1]

@@ -339,8 +339,9 @@ def test_sighup_reloads_and_keeps_the_old_config_when_bad(
         first = d.wait_for(lambda: _meta(store / "latest").get("field_of_view"), what="a frame")
         assert isinstance(first, dict)
         assert first["horizontal_degrees"] is None and "camera.hfov" in first["source"]
-        write_config(cfg, "fake", store, fake_models, store={"keep_frames": 2},
-                     camera={"hfov": 70.0})  # fmt: skip
+        write_config(
+            cfg, "fake", store, fake_models, store={"keep_frames": 2}, camera={"hfov": 70.0}
+        )
         d.signal(signal.SIGHUP)
         d.wait_for(lambda: "reload: config" in d.log and "applied" in d.log, what="reload applied")
         assert d.notify.having("RELOADING")
@@ -514,10 +515,13 @@ def test_two_workers_compute_two_frames_at_once(small_models: Path, tmp_path: Pa
 
     store = tmp_path / "store"
     cfg = write_config(
-        tmp_path / "c.toml", "fake:fps:100", store, small_models,
+        tmp_path / "c.toml",
+        "fake:fps:100",
+        store,
+        small_models,
         model={"workers": 2, "threads": 1},
         store={"dir": str(store), "keep_frames": 20, "size": "camera"},
-    )  # fmt: skip
+    )
     daemon = Daemon(config_mod.load(cfg), Notifier(None), max_frames=8)
     pipeline = daemon.inference.pipeline
     events: list[tuple[str, str, int]] = []  # (step, frame name, worker)
@@ -571,10 +575,9 @@ def read_status(store: Path) -> dict[str, Any]:
 def assert_accounted(status: dict[str, Any]) -> None:
     """Every captured frame was written, dropped, failed, or is still in flight."""
     c = status["counters"]
-    parts = (
-        c["written"] + c["dropped_stale"] + c["dropped_write"]
-        + c["failed_inference"] + c["failed_write"] + c["in_flight"]
-    )  # fmt: skip
+    dropped = c["dropped_stale"] + c["dropped_write"]
+    failed = c["failed_inference"] + c["failed_write"]
+    parts = c["written"] + dropped + failed + c["in_flight"]
     print({k: v for k, v in c.items() if not isinstance(v, dict)})
     assert c["captured"] == parts, c
     assert c["in_flight"] == sum(c["in_flight_by_stage"].values())
@@ -611,8 +614,12 @@ def test_status_file_accounts_for_every_frame_with_a_failing_core(tmp_path: Path
     assert status["camera"]["source"] == "fake:fps:60" and status["camera"]["state"] == "stopped"
     store_id = (store / "store-id").read_text().strip()
     assert status["store"] == {
-        "dir": str(store), "id": store_id, "state": "ok", "reason": None, "cap_bytes": 64 << 20,
-    }  # fmt: skip
+        "dir": str(store),
+        "id": store_id,
+        "state": "ok",
+        "reason": None,
+        "cap_bytes": 64 << 20,
+    }
     assert status["persist"] is None and status["reload"] is None
     assert status["config"]["digest"].startswith("sha256:")
     assert status["window"]["frames"] == 6 and status["window"]["latency_ms"]["p50"] > 0

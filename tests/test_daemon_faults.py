@@ -261,10 +261,10 @@ def test_the_windows_latency_counts_the_write(tmp_path: Path) -> None:
             return super().write(frame, record, steady)
 
     results, stop = Results(), threading.Event()
+    slow = SlowStore(tmp_path / "s", StoreConfig())
     writer = Writer(
-        SlowStore(tmp_path / "s", StoreConfig()), "fake", results, stop, lambda: None,
-        dropped_stale=lambda: 0, max_frames=2,
-    )  # fmt: skip
+        slow, "fake", results, stop, lambda: None, dropped_stale=lambda: 0, max_frames=2
+    )
     for n in range(2):
         camera = Frame(np.zeros((4, 4, 3), np.uint8), n, time.time(), time.monotonic())
         results.put(Result(depth_frame(n), camera, 1))
@@ -290,9 +290,10 @@ def test_a_slow_model_load_in_a_reload_keeps_the_watchdog_fed(models: Path, tmp_
         return fakedaemon.open_pipeline(model)
 
     daemon = Daemon(
-        config_mod.load(cfg), Notifier(str(notify.path), watchdog_usec=1_000_000),
+        config_mod.load(cfg),
+        Notifier(str(notify.path), watchdog_usec=1_000_000),
         open_pipeline=open_pipeline,
-    )  # fmt: skip
+    )
 
     def operator() -> None:
         deadline = time.monotonic() + 30

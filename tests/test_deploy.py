@@ -333,8 +333,10 @@ def test_the_export_setup_refuses_an_old_python_before_any_download(tmp_path: Pa
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts/setup-export-env.sh")],
         env={**os.environ, "PYTHON": old, "DA3_EDGE_EXPORT_VENV": str(venv)},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
         f"setup-export-env.sh: error: {old} is Python 3.10; the export environment needs 3.11, "
@@ -362,9 +364,11 @@ def test_the_installer_builds_a_checkout_offline_with_uvs_own_backend(tmp_path: 
     assert len(build) == 1 and "--offline" in build[0], build
     # What offline means for a build that needs a fetched backend: refused, not fetched.
     uv = require_tool("uv", "pip install uv")
+    options = ["--wheel", "--offline", "--force-pep517", "--no-cache"]
     proc = subprocess.run(
-        [uv, "build", "--wheel", "--offline", "--force-pep517", "--no-cache",
-         "--out-dir", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [uv, "build", *options, "--out-dir", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode != 0 and "network was disabled" in proc.stderr, proc.stderr[-500:]

@@ -94,8 +94,8 @@ def test_a_store_another_users_daemon_writes(readable: bool, tmp_path: Path) -> 
         store = base / "store"
         store.mkdir(mode=0o750)
         os.chown(store, 0, nobody if readable else 0)
-        proc = as_user(nobody, nobody, "", "doctor", "--json",
-                       "--models", str(base / "none"), "--store", str(store))  # fmt: skip
+        where = ("--models", str(base / "none"), "--store", str(store))
+        proc = as_user(nobody, nobody, "", "doctor", "--json", *where)
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     print(checks["store"])
     if readable:

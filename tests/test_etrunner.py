@@ -307,14 +307,28 @@ def test_auto_runs_the_executorch_stages_where_installed_else_numpy(
     older = _without_programs(small_models, tmp_path / "older", ("pre1",))  # an earlier export
     cases = {
         "installed": (small_models, {}, "executorch", "auto runs executorch (auto: da3-edge's"),
-        "no runner": (small_models, {"DA3_EDGE_EXECUTORCH": str(tmp_path / "none")}, "numpy",
-                      "auto runs numpy (auto: the executorch stages need da3-edge's ExecuTorch "
-                      "runner, not installed in"),
-        "no programs": (bare, {}, "numpy", "auto runs numpy (auto: " + f"{bare} has no stage "
-                        "programs (exported with --no-stages))"),
-        "no pre1": (older, {}, "numpy", f"auto runs numpy (auto: {older}: no ExecuTorch pre1 "
-                    "program for 140x182; `da3-edge models build` (without --no-stages) writes them"),
-    }  # fmt: skip
+        "no runner": (
+            small_models,
+            {"DA3_EDGE_EXECUTORCH": str(tmp_path / "none")},
+            "numpy",
+            "auto runs numpy (auto: the executorch stages need da3-edge's ExecuTorch "
+            "runner, not installed in",
+        ),
+        "no programs": (
+            bare,
+            {},
+            "numpy",
+            "auto runs numpy (auto: " + f"{bare} has no stage "
+            "programs (exported with --no-stages))",
+        ),
+        "no pre1": (
+            older,
+            {},
+            "numpy",
+            f"auto runs numpy (auto: {older}: no ExecuTorch pre1 "
+            "program for 140x182; `da3-edge models build` (without --no-stages) writes them",
+        ),
+    }
     for case, (models, env, backend, doctor_says) in cases.items():
         out = tmp_path / case.replace(" ", "-")
         proc = run_cli(["snap", str(photo), "--models", str(models), "-o", str(out)], extra_env=env)

@@ -111,10 +111,10 @@ def test_rgb_is_the_scene_at_the_outputs_size() -> None:
     from edge.depth import DepthFrame
 
     rgb = _smooth((120, 160, 3), np.uint8, 255, seed=4)
+    ran = ("fp16", "numpy", "m", "random-init:0", True, "a.tflite")  # precision ... artifact
     for shape in ((120, 160), (60, 80)):
         depth = np.ones(shape, np.float32)
-        frame = DepthFrame(depth, depth, "x", (120, 160), (14, 14), (14, 14), "fp16", "numpy",
-                           "m", "random-init:0", True, "a.tflite", rgb=rgb)  # fmt: skip
+        frame = DepthFrame(depth, depth, "x", (120, 160), (14, 14), (14, 14), *ran, rgb=rgb)
         rgb_jpeg = frames.render(frame, ["rgb"])["rgb"]
         assert isinstance(rgb_jpeg, bytes)
         with Image.open(io.BytesIO(rgb_jpeg)) as im:
@@ -133,11 +133,11 @@ def test_npz_is_what_np_savez_writes() -> None:
     from edge.depth import DepthFrame
 
     rng = np.random.default_rng(2)
+    ran = ("fp16", "numpy", "m", "random-init:0", True, "a.tflite")  # precision ... artifact
     for shape in ((1200, 1600), (3, 5), (1, 1)):
         depth = rng.random(shape, dtype=np.float32)
         conf = 1 + rng.random(shape, dtype=np.float32)
-        frame = DepthFrame(depth, conf, "x", shape, (14, 14), (14, 14), "fp16", "numpy",
-                           "m", "random-init:0", True, "a.tflite")  # fmt: skip
+        frame = DepthFrame(depth, conf, "x", shape, (14, 14), (14, 14), *ran)
         ours, theirs = io.BytesIO(), io.BytesIO()
         frames.npz_writer(frame)(ours)
         np.savez(theirs, depth=depth, conf=conf)

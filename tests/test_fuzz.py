@@ -28,19 +28,64 @@ from scripts.support.store import store
 from scripts.support.tools import run_cli
 
 SEED = 20261204
-METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT",
-           "get", "G\x00T", "BREW", ""]  # fmt: skip
-PATHS = ["/", "/latest.json", "/latest.npz", "/latest.png", "/latest.preview.png",
-         "/latest.jpg", "/stream.mjpg", "/events", "/healthz", "/metrics", "/api/status",
-         "/nothing", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "//latest.json",
-         "/latest.json/", "/latest.json%00", "/\u00e9t\u00e9", "/" + "a" * 5000, "*",
-         "http://localhost/latest.json", "/latest.json?x", "/events?" + "&" * 300]  # fmt: skip
-HEADERS = ["Host", "Authorization", "If-None-Match", "Range", "Content-Length",
-           "Transfer-Encoding", "Accept", "Cookie", "X-Forwarded-For", "Connection",
-           "Expect", "Upgrade"]  # fmt: skip
-VALUES = ["", "localhost", "Bearer x", "Basic !!", "bytes=0-", "bytes=oops-", "-1",
-          "99999999999999999999", "chunked", "close", "100-continue", "websocket",
-          '"a-1", W/"b"', "\u00ff" * 20, "x" * 9000]  # fmt: skip
+METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT"]
+METHODS += ["get", "G\x00T", "BREW", ""]  # and bad ones
+PATHS = [
+    "/",
+    "/latest.json",
+    "/latest.npz",
+    "/latest.png",
+    "/latest.preview.png",
+    "/latest.jpg",
+    "/stream.mjpg",
+    "/events",
+    "/healthz",
+    "/metrics",
+    "/api/status",
+    "/nothing",
+    "/../../etc/passwd",
+    "/%2e%2e/%2e%2e/etc/passwd",
+    "//latest.json",
+    "/latest.json/",
+    "/latest.json%00",
+    "/\u00e9t\u00e9",
+    "/" + "a" * 5000,
+    "*",
+    "http://localhost/latest.json",
+    "/latest.json?x",
+    "/events?" + "&" * 300,
+]
+HEADERS = [
+    "Host",
+    "Authorization",
+    "If-None-Match",
+    "Range",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Accept",
+    "Cookie",
+    "X-Forwarded-For",
+    "Connection",
+    "Expect",
+    "Upgrade",
+]
+VALUES = [
+    "",
+    "localhost",
+    "Bearer x",
+    "Basic !!",
+    "bytes=0-",
+    "bytes=oops-",
+    "-1",
+    "99999999999999999999",
+    "chunked",
+    "close",
+    "100-continue",
+    "websocket",
+    '"a-1", W/"b"',
+    "\u00ff" * 20,
+    "x" * 9000,
+]
 
 
 def raw_request(rng: random.Random) -> bytes:
@@ -193,8 +238,10 @@ def test_snap_goes_on_past_bad_files(
         ["snap", str(folder), "--models", str(small_models), "-o", str(out)], timeout=600
     )
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("da3-edge: error: ")]
-    print(f"snap over 42 files, {bad} of them undecodable: exit {proc.returncode}, "
-          f"{len(errors)} error lines")  # fmt: skip
+    print(
+        f"snap over 42 files, {bad} of them undecodable: exit {proc.returncode}, "
+        f"{len(errors)} error lines"
+    )
     assert "Traceback" not in proc.stderr
     assert len(errors) == bad and proc.returncode == (1 if bad else 0)
     assert (tmp_path / "out" / "good-a.json").exists() and (
@@ -204,15 +251,33 @@ def test_snap_goes_on_past_bad_files(
 
 USER_DATA_PARTS = {
     "head": ["#cloud-config\n", "#cloud-config \n", "#cloud-config\r\n", "", "#cloud-conf\n"],
-    "before": ["", "hostname: pi\n", "base: &cmds\n- [echo, a]\n", "a: &x {runcmd: [[echo, m]]}\n",
-               "users:\n- name: pi\n  groups: [a, b]\n", "# a comment\n", "key: 'x'\n"],
-    "runcmd": ["runcmd:\n- [echo, a]\n", "runcmd: [[echo, a], [echo, b]]\n", "runcmd: *cmds\n",
-               "<<: *x\n", "runcmd: &r\n- [echo, a]\n", "runcmd:\n- &e [echo, a]\n- *e\n",
-               "runcmd:\n  - echo a\n  - |\n    echo b\n", "runcmd: []\n", "runcmd: 'echo'\n",
-               "runcmd:\n- [echo, a]\nruncmd:\n- [echo, b]\n", "runcmd:\n- [echo, a]  # c\n",
-               "runcmd:\n- - echo\n  - a\n", "", "runcmd:\n- [bash, /boot/firmware/da3-edge/x.sh]\n"],
+    "before": [
+        "",
+        "hostname: pi\n",
+        "base: &cmds\n- [echo, a]\n",
+        "a: &x {runcmd: [[echo, m]]}\n",
+        "users:\n- name: pi\n  groups: [a, b]\n",
+        "# a comment\n",
+        "key: 'x'\n",
+    ],
+    "runcmd": [
+        "runcmd:\n- [echo, a]\n",
+        "runcmd: [[echo, a], [echo, b]]\n",
+        "runcmd: *cmds\n",
+        "<<: *x\n",
+        "runcmd: &r\n- [echo, a]\n",
+        "runcmd:\n- &e [echo, a]\n- *e\n",
+        "runcmd:\n  - echo a\n  - |\n    echo b\n",
+        "runcmd: []\n",
+        "runcmd: 'echo'\n",
+        "runcmd:\n- [echo, a]\nruncmd:\n- [echo, b]\n",
+        "runcmd:\n- [echo, a]  # c\n",
+        "runcmd:\n- - echo\n  - a\n",
+        "",
+        "runcmd:\n- [bash, /boot/firmware/da3-edge/x.sh]\n",
+    ],
     "after": ["", "packages: [avahi-daemon]\n", "rpi: {interfaces: {serial: true}}\n", "x: [\n"],
-}  # fmt: skip
+}
 
 
 def test_card_merges_or_refuses_any_user_data_in_one_line() -> None:

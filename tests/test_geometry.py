@@ -161,8 +161,9 @@ def test_a_large_map_is_sampled_to_a_million_points() -> None:
     assert geometry.step_for((1000, 1000)) == 1 and geometry.step_for((1001, 1000)) == 2
     assert geometry.step_for((3000, 4000)) == 4 and geometry.step_for((378, 504)) == 1
     depth = np.ones((1200, 1600), np.float32)
-    cloud = geometry.cloud_of(depth, depth * 2, np.zeros((1, 1, 3), np.uint8),
-                              FieldOfView(60.0, "t"), (1200, 1600))  # fmt: skip
+    cloud = geometry.cloud_of(
+        depth, depth * 2, np.zeros((1, 1, 3), np.uint8), FieldOfView(60.0, "t"), (1200, 1600)
+    )
     assert cloud.count == 600 * 800 and cloud.step == 2
 
 
@@ -180,17 +181,26 @@ def test_the_cloud_matches_da3s_own_export(export_env: Path, tmp_path: Path) -> 
     matrix = np.array([[k.fx, 0, k.cx - 0.5], [0, k.fy, k.cy - 0.5], [0, 0, 1]])
     np.savez(tmp_path / "in.npz", depth=depth, conf=conf, image=rgb, K=matrix)
     proc = subprocess.run(
-        [str(export_env), "-m", "scripts.support.reference_cloud",
-         str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        [
+            str(export_env),
+            "-m",
+            "scripts.support.reference_cloud",
+            str(tmp_path / "in.npz"),
+            str(tmp_path / "out.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with np.load(tmp_path / "out.npz") as ref:
         threshold, points, colours = float(ref["threshold"]), ref["points"], ref["colours"]
     cloud = geometry.back_project(depth, conf, rgb, k)
     error = float((np.abs(cloud.points - points) / np.abs(points).max()).max())
-    print(f"DA3 reference: threshold {threshold:.6f} (ours {cloud.conf_threshold:.6f}), "
-          f"{len(points)} points, max relative error {error:.2e}")  # fmt: skip
+    print(
+        f"DA3 reference: threshold {threshold:.6f} (ours {cloud.conf_threshold:.6f}), "
+        f"{len(points)} points, max relative error {error:.2e}"
+    )
     assert cloud.conf_threshold == pytest.approx(threshold, rel=1e-6)  # float32 percentiles
     assert cloud.count == len(points) and error < 1e-5
     assert np.array_equal(cloud.colours, colours)

@@ -45,8 +45,13 @@ EXPORT_PYTHONS = ("3.11", "3.12", "3.13")  # transformers' pins have no 3.14 whe
 PI = "aarch64-manylinux_2_36"  # Pi OS bookworm's glibc; trixie's is newer
 MAC = "aarch64-apple-darwin"
 EXPORT_HOSTS = ("x86_64-manylinux_2_28", MAC)
-EXPORT = [str(REQ / "export.txt"), "-c", str(REQ / "export-constraints.txt"),
-          "--no-binary", "antlr4-python3-runtime"]  # fmt: skip  # an sdist only, pure Python
+EXPORT = [
+    str(REQ / "export.txt"),
+    "-c",
+    str(REQ / "export-constraints.txt"),
+    "--no-binary",
+    "antlr4-python3-runtime",  # an sdist only, pure Python
+]
 
 
 def doc_floor(doc: Path, pattern: str) -> tuple[int, ...]:

@@ -14,8 +14,12 @@ from scripts.support import ROOT
 
 # What loads a file by its path, or puts a folder on the import path by hand (spelt in
 # two pieces, so this file does not find itself).
-BY_PATH = ("load_" + "script", "sys.path." + "insert", "sys.path." + "append",
-           "spec_from_" + "file_location")  # fmt: skip
+BY_PATH = (
+    "load_" + "script",
+    "sys.path." + "insert",
+    "sys.path." + "append",
+    "spec_from_" + "file_location",
+)
 LONGEST = 60  # lines of a function, its decorators and docstring included
 LONGEST_CLASS = 250  # lines of a class, the same way
 

@@ -193,8 +193,9 @@ def test_one_worker_takes_the_next_frame_just_before_the_core_is_done(models: Pa
         got = r.take(2)
     assert [item.frame.seq for item in got] == [1, 5]  # not 2: the freshest
     log = events(made[0])
-    assert log == [("submit", 0, n) if i % 2 == 0 else ("collect", 0, n)
-                   for n in range(3) for i in range(2)]  # fmt: skip
+    assert log == [
+        ("submit", 0, n) if i % 2 == 0 else ("collect", 0, n) for n in range(3) for i in range(2)
+    ]
 
 
 def test_a_core_run_faster_than_the_last_does_not_wait_for_its_next_image(

@@ -41,11 +41,10 @@ def test_the_plugin_counts_calls_between_the_markers(tmp_path: Path) -> None:
     for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc", "gcc"):
         require_tool(tool, ".ci/run installs requirements/apt.txt")
     plugin = tmp_path / "kcount.so"
+    flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"]
     subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(plugin),
-         str(ROOT / "scripts/arm/kcount.c")],
-        check=True,
-    )  # fmt: skip
+        ["gcc", *flags, "-o", str(plugin), str(ROOT / "scripts/arm/kcount.c")], check=True
+    )
     (tmp_path / "t.c").write_text(PROGRAM)
     program = tmp_path / "t"
     subprocess.run(
@@ -53,11 +52,10 @@ def test_the_plugin_counts_calls_between_the_markers(tmp_path: Path) -> None:
         check=True,
     )
     counts = tmp_path / "counts.txt"
+    options = ["-cpu", "cortex-a76", "-plugin", f"{plugin},out={counts}"]
     subprocess.run(
-        ["qemu-aarch64", "-cpu", "cortex-a76", "-plugin", f"{plugin},out={counts}",
-         str(program), str(tmp_path / "maps.txt")],
-        check=True, timeout=60,
-    )  # fmt: skip
+        ["qemu-aarch64", *options, str(program), str(tmp_path / "maps.txt")], check=True, timeout=60
+    )
     (tmp_path / "segments.json").write_text('{"1": {"config": "work"}}')
     data = k.report(tmp_path, Path("/"), also=r"^(work|before)$")
     functions = data["work"]["kernels"]
@@ -115,9 +113,10 @@ def test_the_committed_size_counts_are_fp16_forwards_at_each_size() -> None:
     for label, v in runs.items():
         assert v["warm"] and v["fp16_arithmetic"] and label.endswith("x".join(map(str, v["shape"])))
         f16_gemm = sum(
-            f["instructions"] for name, f in v["kernels"].items() if k.family(name).startswith(
-                ("xnn_f16_gemm", "xnn_f16_igemm"))
-        )  # fmt: skip
+            f["instructions"]
+            for name, f in v["kernels"].items()
+            if k.family(name).startswith(("xnn_f16_gemm", "xnn_f16_igemm"))
+        )
         assert f16_gemm > 0.8 * v["instructions"], (label, f16_gemm / v["instructions"])
     counts = [runs[f"fp16@{s}"]["instructions"] for s in ("378x504", "294x392", "210x280")]
     assert counts == sorted(counts, reverse=True)

@@ -66,8 +66,9 @@ def test_da3_shape_rule(size: tuple[int, int], expected: tuple[int, int]) -> Non
 def test_the_shapes_of_a_size(size: int, shapes: list[tuple[int, int]]) -> None:
     """4:3, 3:4, 16:9 and 9:16 by DA3's rule at that long side."""
     assert list(size_shapes(size)) == shapes
-    assert [da3_shape(h, w, size) for h, w in ((1200, 1600), (1600, 1200), (720, 1280),
-            (1280, 720))] == shapes  # fmt: skip
+    assert [
+        da3_shape(h, w, size) for h, w in ((1200, 1600), (1600, 1200), (720, 1280), (1280, 720))
+    ] == shapes
     assert {size_of(s) for s in shapes} == {size}
 
 
@@ -156,8 +157,14 @@ def test_a_manifest_file_outside_its_folder_is_refused(tmp_path: Path, name: str
     """A manifest names files in its own folder only: an absolute path or a way out of
     the folder would let a model check (and the hash that matches) read any file."""
     target = Path("/etc/hostname")
-    entry = {"file": name, "kind": "core", "shape": [14, 14], "precision": "fp32",
-             "bytes": target.stat().st_size, "sha256": sha256_file(target)}  # fmt: skip
+    entry = {
+        "file": name,
+        "kind": "core",
+        "shape": [14, 14],
+        "precision": "fp32",
+        "bytes": target.stat().st_size,
+        "sha256": sha256_file(target),
+    }
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "artifacts": [entry]}))
     with pytest.raises(ManifestError, match="must be a plain file name in the model folder"):
         Manifest.load(tmp_path)

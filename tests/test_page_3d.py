@@ -108,8 +108,9 @@ def _front_and_top(page: Any, port: int) -> None:
     wall_row = int(np.nonzero(grey)[0].max())
     green[: wall_row + 1] = False
     board_angle, wall_angle = _axis(green), _axis(grey)
-    print(f"top: board at {board_angle:.1f} degrees ({green.sum()} pixels), wall at "
-          f"{wall_angle:.1f}")  # fmt: skip
+    print(
+        f"top: board at {board_angle:.1f} degrees ({green.sum()} pixels), wall at {wall_angle:.1f}"
+    )
     assert green.sum() > 200 and abs(board_angle - 30.0) < 3.0 and abs(wall_angle) < 2.0
 
 
@@ -143,8 +144,14 @@ def _orbit(page: Any) -> None:
 
 
 def _touch(finger: int, x: float, y: float) -> dict[str, Any]:
-    return {"pointerId": finger, "pointerType": "touch", "clientX": x, "clientY": y,
-            "isPrimary": finger == 11, "bubbles": True}  # fmt: skip
+    return {
+        "pointerId": finger,
+        "pointerType": "touch",
+        "clientX": x,
+        "clientY": y,
+        "isPrimary": finger == 11,
+        "bubbles": True,
+    }
 
 
 def _follows(page: Any, store: Any) -> list[float]:

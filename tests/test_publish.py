@@ -50,10 +50,15 @@ def mqtt_config(tmp: Path, port: int, *, password: str = PASSWORD, **extra: obje
     secret.write_text(password + "\n")
     secret.chmod(0o600)
     values: dict[str, object] = {
-        "enabled": True, "host": "127.0.0.1", "port": port, "username": USER,
-        "password_file": str(secret), "device_id": "testpi", "state_max_rate": 0.0,
+        "enabled": True,
+        "host": "127.0.0.1",
+        "port": port,
+        "username": USER,
+        "password_file": str(secret),
+        "device_id": "testpi",
+        "state_max_rate": 0.0,
         **extra,
-    }  # fmt: skip
+    }
     lines = ["[mqtt]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
     path = tmp / "publish.toml"
     path.write_text("\n".join(lines) + "\n")
@@ -108,8 +113,9 @@ PLATFORM_KEYS = {
     "image": {"name", "unique_id", "image_topic", "content_type"},
 }
 DEVICE_CLASSES: dict[str, set[str | None]] = {
-    "sensor": {None, "duration", "timestamp", "temperature"}, "binary_sensor": {"problem"},
-}  # fmt: skip
+    "sensor": {None, "duration", "timestamp", "temperature"},
+    "binary_sensor": {"problem"},
+}
 
 
 def check_discovery(payload: dict[str, Any], *, preview: bool) -> None:
@@ -130,6 +136,34 @@ def check_discovery(payload: dict[str, Any], *, preview: bool) -> None:
             assert "metre" not in text and text not in ("m", "cm", "mm"), comp  # never a distance
     assert {"fps", "latency", "last_frame", "temperature", "throttled"} <= set(cmps)
     assert ("preview" in cmps) is preview
+
+
+def check_retained(port: int) -> None:
+    """A later subscriber (Home Assistant starting) gets the retained messages."""
+    late = Listener(port, "ha", "ha-pass")
+    try:
+        wait(
+            lambda: late.on("/config") and late.on("/availability") and late.on("/stats"),
+            10,
+            "retained messages",
+        )
+        (config,) = late.on("homeassistant/device/da3edge_testpi/config")
+        assert config.retain
+        check_discovery(json.loads(config.payload), preview=True)
+        (availability,) = late.on("/availability")
+        assert availability.retain and availability.payload == b"offline"  # stopped cleanly
+        stats = json.loads(late.on("/stats")[-1].payload)
+        assert stats["written"] >= 8 and stats["publisher"]["dropped"] == 0
+    finally:
+        late.close()
+    login = ["-p", str(port), "-u", "ha", "-P", "ha-pass"]
+    sub = subprocess.run(
+        ["mosquitto_sub", *login, "-t", "da3edge/#", "-v", "-W", "2"],
+        capture_output=True,
+        text=True,
+        errors="replace",  # the preview is binary
+    )
+    assert "da3edge/testpi/availability offline" in sub.stdout, sub.stdout + sub.stderr
 
 
 def test_discovery_availability_and_a_state_for_every_frame(
@@ -155,13 +189,24 @@ def test_discovery_availability_and_a_state_for_every_frame(
             wait(lambda: len(frame_dirs(store)) >= first + 8, 60, "8 more frames", d.log)
             assert d.stop() == 0
             last = max(int(p.name) for p in frame_dirs(store))
-            wait(lambda: any(json.loads(m.payload)["store_seq"] == last
-                             for m in listener.on("/state")), 10, "the last frame's state")  # fmt: skip
+            wait(
+                lambda: any(
+                    json.loads(m.payload)["store_seq"] == last for m in listener.on("/state")
+                ),
+                10,
+                "the last frame's state",
+            )
             wait(lambda: listener.on("/preview"), 10, "a preview")
             # The daemon's last status.json (written as it stopped) reaches the stats topic
             # after the last frame's state: wait for it before stopping the publisher.
-            wait(lambda: any(json.loads(m.payload)["state"] == "stopped"
-                             for m in listener.on("/stats")), 20, "the final stats", pub.log)  # fmt: skip
+            wait(
+                lambda: any(
+                    json.loads(m.payload)["state"] == "stopped" for m in listener.on("/stats")
+                ),
+                20,
+                "the final stats",
+                pub.log,
+            )
         seqs = [json.loads(m.payload)["store_seq"] for m in listener.on("/state")]
         print(f"state for frames {seqs[0]}..{seqs[-1]}: {len(seqs)} messages")
         assert seqs == list(range(first, last + 1)), seqs  # every frame, in order, once
@@ -171,26 +216,7 @@ def test_discovery_availability_and_a_state_for_every_frame(
     finally:
         listener.close()
     assert pub.proc.returncode == 0, pub.log
-    # A later subscriber (Home Assistant starting) gets the retained ones.
-    late = Listener(broker.port, "ha", "ha-pass")
-    try:
-        wait(lambda: late.on("/config") and late.on("/availability") and late.on("/stats"), 10,
-             "retained messages")  # fmt: skip
-        (config,) = late.on("homeassistant/device/da3edge_testpi/config")
-        assert config.retain
-        check_discovery(json.loads(config.payload), preview=True)
-        (availability,) = late.on("/availability")
-        assert availability.retain and availability.payload == b"offline"  # stopped cleanly
-        stats = json.loads(late.on("/stats")[-1].payload)
-        assert stats["written"] >= 8 and stats["publisher"]["dropped"] == 0
-    finally:
-        late.close()
-    sub = subprocess.run(
-        ["mosquitto_sub", "-p", str(broker.port), "-u", "ha", "-P", "ha-pass",
-         "-t", "da3edge/#", "-v", "-W", "2"],
-        capture_output=True, text=True, errors="replace",  # the preview is binary
-    )  # fmt: skip
-    assert "da3edge/testpi/availability offline" in sub.stdout, sub.stdout + sub.stderr
+    check_retained(broker.port)
 
 
 def test_a_wrong_password_is_one_line_and_retried(tmp_path: Path, broker: Broker) -> None:
@@ -215,8 +241,12 @@ def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
     try:
         with daemon(tmp_path, store, fake_models) as d:
             pub = Publish(cfg, store, tmp_path / "publish.log")
-            wait(lambda: [m for m in listener.on("/availability") if m.payload == b"online"], 20,
-                 "online", pub.log)  # fmt: skip
+            wait(
+                lambda: [m for m in listener.on("/availability") if m.payload == b"online"],
+                20,
+                "online",
+                pub.log,
+            )
             wait(lambda: listener.on("/state"), 20, "state")
             # The broker goes away for 10 s and comes back (forgetting everything).
             broker.stop()
@@ -226,12 +256,16 @@ def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
             listener.close()
             listener = Listener(broker.port, "ha", "ha-pass")
             wait(lambda: listener.on("/config"), 40, "discovery again", pub.log)
-            wait(lambda: [m for m in listener.on("/availability") if m.payload == b"online"], 10,
-                 "online again")  # fmt: skip
+            wait(
+                lambda: [m for m in listener.on("/availability") if m.payload == b"online"],
+                10,
+                "online again",
+            )
             wait(lambda: listener.on("/state"), 20, "state again")
             # The daemon never noticed: frames kept coming through the outage.
-            times = sorted(json.loads((p / "frame.json").read_text())["t_written"]
-                           for p in frame_dirs(store))  # fmt: skip
+            times = sorted(
+                json.loads((p / "frame.json").read_text())["t_written"] for p in frame_dirs(store)
+            )
             during = [t for t in times if t_down <= t <= t_down + 10]
             gaps = [b - a for a, b in itertools.pairwise(times)]
             print(f"{len(during)} frames while the broker was down; longest gap {max(gaps):.2f} s")
@@ -239,8 +273,11 @@ def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
             # SIGKILL: no goodbye from the publisher; the broker sends its last will.
             pub.proc.kill()
             assert pub.stop() == -signal.SIGKILL
-            wait(lambda: [m for m in listener.on("/availability") if m.payload == b"offline"], 10,
-                 "offline (last will)")  # fmt: skip
+            wait(
+                lambda: [m for m in listener.on("/availability") if m.payload == b"offline"],
+                10,
+                "offline (last will)",
+            )
             assert d.stop() == 0
     finally:
         listener.close()
@@ -250,24 +287,30 @@ def make_ca(d: Path, name: str) -> tuple[Path, Path]:
     """A CA made here with openssl: (certificate, key)."""
     d.mkdir(parents=True, exist_ok=True)
     ca, key = d / f"{name}.pem", d / f"{name}.key"
+    new_key = ["-newkey", "rsa:2048", "-nodes", "-keyout", str(key)]
+    details = ["-days", "2", "-subj", f"/CN={name}"]
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(ca), "-days", "2", "-subj", f"/CN={name}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        ["openssl", "req", "-x509", *new_key, "-out", str(ca), *details],
+        check=True,
+        capture_output=True,
+    )
     return ca, key
 
 
 def server_cert(d: Path, ca: Path, ca_key: Path) -> tuple[Path, Path]:
     key, csr, cert, ext = d / "server.key", d / "server.csr", d / "server.pem", d / "san.ext"
     ext.write_text("subjectAltName=IP:127.0.0.1\n")
-    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-                    "-out", str(csr), "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)  # fmt: skip
+    new_key = ["-newkey", "rsa:2048", "-nodes", "-keyout", str(key)]
     subprocess.run(
-        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
-         "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        ["openssl", "req", *new_key, "-out", str(csr), "-subj", "/CN=127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    signer = ["-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial"]
+    out = ["-out", str(cert), "-days", "2", "-extfile", str(ext)]
+    subprocess.run(
+        ["openssl", "x509", "-req", "-in", str(csr), *signer, *out], check=True, capture_output=True
+    )
     return cert, key
 
 
@@ -303,8 +346,12 @@ def test_tls_with_the_right_ca_and_not_with_another(fake_models: Path, tmp_path:
             cfg = mqtt_config(system, broker.port, tls=True)
             seen = len(listener.on("/state"))
             with publishing(cfg, store, system / "publish.log", {"SSL_CERT_FILE": str(ca)}) as pub:
-                wait(lambda: len(listener.on("/state")) > seen, 30, "state over TLS, system CAs",
-                     pub.log)  # fmt: skip
+                wait(
+                    lambda: len(listener.on("/state")) > seen,
+                    30,
+                    "state over TLS, system CAs",
+                    pub.log,
+                )
             assert d.stop() == 0
     finally:
         listener.close()
@@ -338,15 +385,22 @@ def test_a_broker_down_for_15_s_costs_bounded_memory(
             listener.close()
             listener = Listener(broker.port, "ha", "ha-pass")
             stats = wait(
-                lambda: [json.loads(m.payload) for m in listener.on("/stats")
-                         if json.loads(m.payload)["publisher"]["dropped"] > 0],
-                30, "stats with drops", pub.log,
-            )  # fmt: skip
+                lambda: [
+                    json.loads(m.payload)
+                    for m in listener.on("/stats")
+                    if json.loads(m.payload)["publisher"]["dropped"] > 0
+                ],
+                30,
+                "stats with drops",
+                pub.log,
+            )
             assert d.stop() == 0
         publisher = stats[0]["publisher"]
         grew = rss_after - rss_before
-        print(f"{written} frames in 12 s with the broker down; publisher {publisher}; RSS "
-              f"{rss_before} -> {rss_after} KiB")  # fmt: skip
+        print(
+            f"{written} frames in 12 s with the broker down; publisher {publisher}; RSS "
+            f"{rss_before} -> {rss_after} KiB"
+        )
         assert written >= 40  # the daemon kept its pace
         assert publisher["queued"] == 20 and publisher["dropped"] >= written - 20
         assert grew < 2048, grew
@@ -421,8 +475,11 @@ def test_preview_the_depth_the_scene_or_both(
     (path / "frame.rgb.jpg").write_bytes(b"\xff\xd8\xff scene")
     publisher = Publisher(MqttConfig(enabled=True, preview=preview, device_id="testpi"), root)
     publisher.on_frame(7)
-    images = {topic.removeprefix("da3edge/testpi"): (payload[:4], retain)
-              for topic, payload, _qos, retain in publisher.queue if not topic.endswith("/state")}  # fmt: skip
+    images = {
+        topic.removeprefix("da3edge/testpi"): (payload[:4], retain)
+        for topic, payload, _qos, retain in publisher.queue
+        if not topic.endswith("/state")
+    }
     assert sorted(images) == topics
     if "/preview" in images:
         assert images["/preview"] == (b"\x89PNG", True)

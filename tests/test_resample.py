@@ -31,9 +31,16 @@ def _area_mean(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 @pytest.mark.parametrize(
     ("src", "dst"),
-    [((12, 16), (4, 8)), ((30, 40), (9, 12)), ((61, 47), (13, 29)), ((120, 160), (37, 50)),
-     ((200, 90), (70, 30)), ((7, 9), (7, 2)), ((5, 5), (1, 1))],
-)  # fmt: skip
+    [
+        ((12, 16), (4, 8)),
+        ((30, 40), (9, 12)),
+        ((61, 47), (13, 29)),
+        ((120, 160), (37, 50)),
+        ((200, 90), (70, 30)),
+        ((7, 9), (7, 2)),
+        ((5, 5), (1, 1)),
+    ],
+)
 def test_area_is_the_overlap_weighted_mean(src: tuple[int, int], dst: tuple[int, int]) -> None:
     rng = np.random.default_rng(src[0] * 1000 + dst[1])
     image = rng.integers(0, 256, (*src, 3), dtype=np.uint8)

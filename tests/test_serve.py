@@ -228,8 +228,11 @@ def test_metrics_parse_and_pass_promtool(fake_models: Path, tmp_path: Path) -> N
     assert code == 200 and headers["content-type"].startswith("text/plain")
     text = body.decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    samples = {(x.name, tuple(sorted(x.labels.items()))): x.value
-               for f in families.values() for x in f.samples}  # fmt: skip
+    samples = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for f in families.values()
+        for x in f.samples
+    }
     print({k: v for k, v in samples.items() if "bucket" not in k[0]})
     assert samples[("da3edge_daemon_up", ())] == 1.0
     assert samples[("da3edge_frames_written_total", ())] >= 3
@@ -447,8 +450,12 @@ def test_health_names_what_is_wrong(tmp_path: Path) -> None:
     assert health_of(root, None).startswith("daemon not running: no status.json in ")
     assert health_of(root, {"state": "stopped"}) == "daemon stopped"
     now = time.time()
-    running = {"state": "running", "updated_at_unix": now, "camera": {"state": "ok"},
-               "store": {"state": "ok"}}  # fmt: skip
+    running = {
+        "state": "running",
+        "updated_at_unix": now,
+        "camera": {"state": "ok"},
+        "store": {"state": "ok"},
+    }
     stale = {**running, "updated_at_unix": now - 10}  # 3 x status_every + 2 = 5 s
     assert health_of(root, stale) == "daemon not reporting: status.json older than 5 s"
     assert health_of(root, running) == ("no frame yet (serve.max_age 2 s); camera ok, store ok")

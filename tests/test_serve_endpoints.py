@@ -36,10 +36,14 @@ def app_over(root: Path, **serve: Any) -> Starlette:
 
 def request(app: Starlette, path: str, query: str = "", **headers: str) -> Request:
     scope = {
-        "type": "http", "method": "GET", "path": path, "query_string": query.encode(),
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": query.encode(),
         "headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
-        "app": app, "client": ("127.0.0.1", 50000),
-    }  # fmt: skip
+        "app": app,
+        "client": ("127.0.0.1", 50000),
+    }
     return Request(scope)
 
 
@@ -67,7 +71,9 @@ async def sent(response: Response) -> tuple[int, dict[str, str], bytes]:
     return start["status"], headers, b"".join(m.get("body", b"") for m in messages[1:])
 
 
-def answer(app: Starlette, path: str, query: str = "", **headers: str) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
+def answer(
+    app: Starlette, path: str, query: str = "", **headers: str
+) -> tuple[int, dict[str, str], bytes]:
     async def call() -> tuple[int, dict[str, str], bytes]:
         return await sent(await handler(app, path)(request(app, path, query, **headers)))
 
@@ -157,8 +163,9 @@ def test_latest_ply_is_the_newest_frame_in_3d(tmp_path: Path) -> None:
     """The cloud serve makes of the newest frame, read by plyfile: a point per pixel
     (all equally sure), the scene's colours, the board planar at 30 degrees; made once
     for every client asking for that frame."""
-    app = app_over(scene_store(tmp_path, FieldOfView(66.0, "config camera.hfov"),
-                               ("npz", "json", "rgb")))  # fmt: skip
+    app = app_over(
+        scene_store(tmp_path, FieldOfView(66.0, "config camera.hfov"), ("npz", "json", "rgb"))
+    )
     code, headers, body = answer(app, "/latest.ply")
     assert code == 200 and headers["x-frame-seq"] == "0", body[:200]
     ply = plyfile.PlyData.read(io.BytesIO(body))
@@ -217,9 +224,12 @@ def test_latest_ply_of_a_12_mp_frame_fits_serves_memory(tmp_path: Path) -> None:
         "print(json.dumps({'added_mib': (after - before) / 1024, 'points': n}))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe, str(store.root)], capture_output=True, text=True,
-        check=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-c", probe, str(store.root)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     got = json.loads(out.stdout)
     print(f"/latest.ply of 4608x2592: {got['points']} points, +{got['added_mib']:.0f} MiB peak")
     assert 700_000 < got["points"] <= 1_000_000
@@ -231,15 +241,18 @@ def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
     """No field of view: 404 saying to set camera.hfov; no depth kept: 404 naming
     store.formats; without the scene the points take the preview's colours."""
     unknown = FieldOfView(None, "none: no published field of view for camera 'Virtual0'")
-    code, _, body = answer(app_over(scene_store(tmp_path / "a", unknown, ("npz", "json"))),
-                           "/latest.ply")  # fmt: skip
+    code, _, body = answer(
+        app_over(scene_store(tmp_path / "a", unknown, ("npz", "json"))), "/latest.ply"
+    )
     assert code == 404 and b"'Virtual0'" in body and b"set camera.hfov" in body
     known = FieldOfView(66.0, "config camera.hfov")
-    code, _, body = answer(app_over(scene_store(tmp_path / "b", known, ("preview", "json"))),
-                           "/latest.ply")  # fmt: skip
+    code, _, body = answer(
+        app_over(scene_store(tmp_path / "b", known, ("preview", "json"))), "/latest.ply"
+    )
     assert code == 404 and b'"npz" in store.formats' in body
-    code, _, body = answer(app_over(scene_store(tmp_path / "c", known, ("npz", "json"))),
-                           "/latest.ply")  # fmt: skip
+    code, _, body = answer(
+        app_over(scene_store(tmp_path / "c", known, ("npz", "json"))), "/latest.ply"
+    )
     vertex = plyfile.PlyData.read(io.BytesIO(body))["vertex"]
     colours = {tuple(c) for c in np.stack([vertex["red"], vertex["green"], vertex["blue"]], 1)}
     assert code == 200 and colours <= {tuple(c) for c in frames.COLORMAP}

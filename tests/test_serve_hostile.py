@@ -142,8 +142,9 @@ def test_a_thousand_half_open_connections_do_not_starve_serve(tmp_path: Path) ->
 
 def test_a_request_whose_headers_never_end_is_closed(tmp_path: Path) -> None:
     root = store(tmp_path)
-    with serving(["--config", str(config(tmp_path)), "--store", str(root)],
-                 tmp_path / "serve.log") as s:  # fmt: skip
+    with serving(
+        ["--config", str(config(tmp_path)), "--store", str(root)], tmp_path / "serve.log"
+    ) as s:
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
         sock.sendall(b"GET /latest.json HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
         start = time.monotonic()
@@ -204,14 +205,19 @@ def test_clients_that_never_read_a_stream_are_dropped(tmp_path: Path) -> None:
         before = processes.kib(pid, "VmRSS")
         start = time.monotonic()
         try:
-            until(lambda: connections(pid) == 0, 60 + 10 * SEND_TIMEOUT,
-                  "serve closed the 40 stalled streams")  # fmt: skip
+            until(
+                lambda: connections(pid) == 0,
+                60 + 10 * SEND_TIMEOUT,
+                "serve closed the 40 stalled streams",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {connections(pid)} still open") from None
         after = processes.kib(pid, "VmRSS")
-        print(f"40 stalled streams dropped after {time.monotonic() - start:.1f} s "
-              f"(send_timeout {SEND_TIMEOUT:g} s); serve RSS {before / 1024:.1f} MiB with "
-              f"them, {after / 1024:.1f} MiB after; descriptors now {len(fds(pid))}")  # fmt: skip
+        print(
+            f"40 stalled streams dropped after {time.monotonic() - start:.1f} s "
+            f"(send_timeout {SEND_TIMEOUT:g} s); serve RSS {before / 1024:.1f} MiB with "
+            f"them, {after / 1024:.1f} MiB after; descriptors now {len(fds(pid))}"
+        )
         assert after < before + 50 * 1024
         # A client that reads still gets frames.
         conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
@@ -251,8 +257,11 @@ def test_a_stalled_download_keeps_no_pruned_file_open(tmp_path: Path) -> None:
         for f in (root / "frames" / "0000000042").iterdir():  # pruned
             f.unlink()
         (root / "frames" / "0000000042").rmdir()
-        held = until(lambda: not [f for f in fds(pid) if "(deleted)" in f] or None,
-                     60 + 10 * SEND_TIMEOUT, "serve let go of the pruned file")  # fmt: skip
+        held = until(
+            lambda: not [f for f in fds(pid) if "(deleted)" in f] or None,
+            60 + 10 * SEND_TIMEOUT,
+            "serve let go of the pruned file",
+        )
         assert held
 
 
@@ -276,13 +285,19 @@ def test_downloads_abandoned_at_once_give_back_their_slot(tmp_path: Path) -> Non
             )
             sock.close()  # a reset, before reading anything
         # Once serve has dealt with them (no deadline but this), a download gets through.
-        body = until(lambda: (r := get(s.port, "/latest.npz"))[0] == 200 and r[2], 60,
-                     "a download after the abandoned ones")  # fmt: skip
+        body = until(
+            lambda: (r := get(s.port, "/latest.npz"))[0] == 200 and r[2],
+            60,
+            "a download after the abandoned ones",
+        )
         assert len(body) == 4 << 20
         # That download's own file is closed just after its last byte went out, which the
         # client can have read first: a deadline, not an instant.
-        until(lambda: not [f for f in fds(s.proc.pid) if f.endswith("frame.npz")], 30,
-              "serve let go of every frame file")  # fmt: skip
+        until(
+            lambda: not [f for f in fds(s.proc.pid) if f.endswith("frame.npz")],
+            30,
+            "serve let go of every frame file",
+        )
 
 
 HOSTS = {
@@ -344,8 +359,9 @@ def test_weak_credentials_are_refused_at_start(
     key = "token_file" if kind == "token" else "basic_auth_file"
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\n{key} = "{path}"\n')
-    proc = run_cli(["serve", "--config", str(cfg), "--port", "0", "--store", str(tmp_path)],
-                   timeout=60)  # fmt: skip
+    proc = run_cli(
+        ["serve", "--config", str(cfg), "--port", "0", "--store", str(tmp_path)], timeout=60
+    )
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and message.format(path=path) in lines[0], proc.stderr
@@ -358,8 +374,9 @@ def test_a_fifo_as_a_secret_file_does_not_block_the_start(tmp_path: Path) -> Non
     os.mkfifo(fifo, 0o600)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[serve]\ntoken_file = "{fifo}"\n')
-    proc = run_cli(["serve", "--config", str(cfg), "--port", "0", "--store", str(tmp_path)],
-                   timeout=60)  # fmt: skip
+    proc = run_cli(
+        ["serve", "--config", str(cfg), "--port", "0", "--store", str(tmp_path)], timeout=60
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"da3-edge: error: serve.token_file: {fifo} is not a regular file"
 
@@ -402,9 +419,10 @@ def test_guesses_in_parallel_get_429_unchecked(tmp_path: Path) -> None:
         for _ in range(3):  # a penalty of 4 s for the next wrong one
             get(s.port, "/latest.json", {"Authorization": "Bearer guess"}, timeout=30)
         held = threading.Thread(
-            target=get, args=(s.port, "/latest.json", {"Authorization": "Bearer held"}),
+            target=get,
+            args=(s.port, "/latest.json", {"Authorization": "Bearer held"}),
             kwargs={"timeout": 30},
-        )  # fmt: skip
+        )
         held.start()
         time.sleep(0.5)  # its check is done, its penalty runs
         start = time.monotonic()
@@ -513,8 +531,9 @@ def test_the_uvicorn_state_serves_limits_read_is_where_they_read_it() -> None:
         config = Config(app=app, log_config=None)
         config.load()
         state = ServerState()
-        proto = H11Protocol(config=config, server_state=state, app_state={},
-                            _loop=asyncio.get_running_loop())  # fmt: skip
+        proto = H11Protocol(
+            config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop()
+        )
         transport = _Transport()
         proto.connection_made(transport)
         assert proto.connections is state.connections and proto in proto.connections
@@ -528,8 +547,13 @@ def test_the_uvicorn_state_serves_limits_read_is_where_they_read_it() -> None:
                 break
         assert proto.cycle.response_complete, transport.out
         assert transport.out.startswith(b"HTTP/1.1 204 ")
-        for name in ("data_received", "on_response_complete", "pause_writing",
-                     "resume_writing", "connection_lost"):  # fmt: skip
+        for name in (
+            "data_received",
+            "on_response_complete",
+            "pause_writing",
+            "resume_writing",
+            "connection_lost",
+        ):
             assert callable(getattr(H11Protocol, name)), name
         proto.connection_lost(None)
         assert proto not in state.connections
@@ -582,8 +606,10 @@ def test_guesses_from_many_addresses_never_slow_a_logged_in_download(tmp_path: P
         for t in threads:
             t.join(60)
         peak = processes.kib(s.proc.pid, "VmHWM") / 1024
-    print(f"logged-in download {len(body) / 1e6:.1f} MB in {took:.2f} s during 480 guesses; "
-          f"answers {sorted(set(codes))}, 429: {codes.count(429)}, serve peak RSS {peak:.0f} MiB")  # fmt: skip
+    print(
+        f"logged-in download {len(body) / 1e6:.1f} MB in {took:.2f} s during 480 guesses; "
+        f"answers {sorted(set(codes))}, 429: {codes.count(429)}, serve peak RSS {peak:.0f} MiB"
+    )
     assert code == 200 and len(body) == 7_000_000
     assert took < 2.0
     assert codes.count(429) > 0 and set(codes) <= {401, 429}

@@ -123,8 +123,8 @@ def test_single_file_is_quiet_and_exact(small_models: Path, photos: Path, tmp_pa
 def test_the_scene_beside_the_depth(small_models: Path, photos: Path, tmp_path: Path) -> None:
     """``--format rgb``: the image itself as JPEG at the outputs' size, beside the depth."""
     photo = photos / "good" / "wide-16x9.jpg"
-    proc = run_cli(["snap", str(photo), "--models", str(small_models), "-o", str(tmp_path),
-                    "--format", "preview,rgb"])  # fmt: skip
+    snap = ["snap", str(photo), "--models", str(small_models), "-o", str(tmp_path)]
+    proc = run_cli([*snap, "--format", "preview,rgb"])
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "wide-16x9.preview.png",
@@ -156,8 +156,8 @@ def test_point_clouds_of_every_photo_kind(small_models: Path, photos: Path, tmp_
     plyfile reads, with the points the map's confidence lets through, the photo's
     colours, and the field of view's source in the JSON."""
     out = tmp_path / "out"
-    proc = run_cli(["snap", str(photos / "good"), "--ply", "--hfov", "60", "--models",
-                    str(small_models), "-o", str(out)])  # fmt: skip
+    snap = ["snap", str(photos / "good"), "--ply", "--hfov", "60"]
+    proc = run_cli([*snap, "--models", str(small_models), "-o", str(out)])
     assert proc.returncode == 0, proc.stderr
     for name in GOOD:
         stem = Path(name).stem
@@ -187,8 +187,8 @@ def test_a_photos_exif_focal_length_and_a_photo_without_one(
         photo.save(tmp_path / "phone.jpg", exif=exif)
     out = tmp_path / "out"
     plain = photos / "good" / "grey.png"
-    proc = run_cli(["snap", str(tmp_path / "phone.jpg"), str(plain), "--ply", "--models",
-                    str(small_models), "-o", str(out)])  # fmt: skip
+    snap = ["snap", str(tmp_path / "phone.jpg"), str(plain), "--ply"]
+    proc = run_cli([*snap, "--models", str(small_models), "-o", str(out)])
     assert proc.returncode == 1, proc.stderr
     fov = json.loads((out / "phone.json").read_text())["field_of_view"]
     assert fov["source"] == "EXIF: 26 mm (35 mm equivalent)"
@@ -319,11 +319,10 @@ def test_snap_at_a_smaller_size_runs_that_sizes_core(
     """A 210x280 core exported beside the 504 ones (same weights, one folder): `snap
     --size 280` on a 1200x1600 photo runs it; without --size the 378x504 core runs."""
     models = linked_copy(full_models, tmp_path / "models")
+    export = ["export", "--weights", str(random_weights), "--shape", "210x280"]
     exported = run_cli(
-        ["export", "--weights", str(random_weights), "--shape", "210x280",
-         "--precision", "fp16", "--no-stages", "--out", str(models)],
-        python=export_env,
-    )  # fmt: skip
+        [*export, "--precision", "fp16", "--no-stages", "--out", str(models)], python=export_env
+    )
     assert exported.returncode == 0, exported.stderr
     photo = tmp_path / "photo.jpg"
     with Image.open(photo_path("astronaut.png")) as im:

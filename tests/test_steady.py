@@ -112,8 +112,9 @@ def test_the_daemon_writes_the_scale_beside_the_raw_depth(
     store = tmp_path / "store"
     section: dict[str, object] = {} if steady else {"steady": False}
     cfg = write_config(tmp_path / "c.toml", "fake", store, fake_models, depth=section)
-    with DaemonProcess(tmp_path, ["--config", str(cfg), "--max-frames", "4"],
-                       command=FAKE_CORES) as d:  # fmt: skip
+    with DaemonProcess(
+        tmp_path, ["--config", str(cfg), "--max-frames", "4"], command=FAKE_CORES
+    ) as d:
         assert d.proc.wait(60) == 0, d.log[-2000:]
     written = _written(store)
     assert len(written) == 4

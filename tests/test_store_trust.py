@@ -79,8 +79,15 @@ def test_a_frame_file_that_is_a_link_is_not_served_or_published(tmp_path: Path, 
     target.unlink(missing_ok=True)
     os.symlink(secret_file(tmp_path), target)
     with serving(["--store", str(root)], tmp_path / "serve.log") as s:
-        for path in ("/latest.npz", "/latest.preview.png", "/latest.rgb.jpg", "/latest.jpg",
-                     "/latest.jpg?view=side", "/stream.mjpg", "/stream.mjpg?view=rgb"):  # fmt: skip
+        for path in (
+            "/latest.npz",
+            "/latest.preview.png",
+            "/latest.rgb.jpg",
+            "/latest.jpg",
+            "/latest.jpg?view=side",
+            "/stream.mjpg",
+            "/stream.mjpg?view=rgb",
+        ):
             stream = path.startswith("/stream.mjpg")
             code, _, body = mjpg(s.port, path) if stream else get(s.port, path, timeout=3)
             print(path, code, body[:80])
@@ -214,8 +221,10 @@ def test_a_store_shared_through_a_group_not_its_owners_is_refused() -> None:
         except subprocess.TimeoutExpired:
             pytest.fail("serve started on a store another user shares through group users")
         doctor = ("doctor", "--json", "--models", str(base), "--store")
-        read = [as_user(65534, 65534, "1", *doctor, str(roots["own"])),
-                as_user(2, 1, "", *doctor, str(roots["unmapped"]))]  # fmt: skip
+        read = [
+            as_user(65534, 65534, "1", *doctor, str(roots["own"])),
+            as_user(2, 1, "", *doctor, str(roots["unmapped"])),
+        ]
     print(refused.stderr)
     assert refused.returncode == 1 and refused.stderr.splitlines() == [
         f"da3-edge: error: store {roots['shared']} belongs to uid 2 through gid 100, a group "

@@ -216,8 +216,11 @@ def test_serve_unit_beside_the_daemon(container: Container) -> None:
     # Each unit's user reads only its own secrets, and serve cannot signal the daemon.
     box.sh("install -o da3-edge-publish -g da3-edge -m 0600 /dev/null /etc/da3-edge/p-secret")
     box.sh("install -o da3-edge-serve -g da3-edge -m 0600 /dev/null /etc/da3-edge/s-secret")
-    for user, other in (("da3-edge-serve", "p-secret"), ("da3-edge", "s-secret"),
-                        ("da3-edge-publish", "s-secret")):  # fmt: skip
+    for user, other in (
+        ("da3-edge-serve", "p-secret"),
+        ("da3-edge", "s-secret"),
+        ("da3-edge-publish", "s-secret"),
+    ):
         read = box.sh(f"runuser -u {user} -- cat /etc/da3-edge/{other}")
         assert read.returncode != 0 and "Permission denied" in read.stderr, (user, other)
     pid = box.show("MainPID")["MainPID"]
@@ -352,8 +355,9 @@ def test_publish_unit_under_systemd(container: Container, tmp_path: Path) -> Non
         assert result == {"Result": "success", "ExecMainStatus": "0"}, result
         box.wait(
             lambda: [m for m in listener.on("da3edge/box/availability") if m.payload == b"offline"],
-            10, "offline at stop",
-        )  # fmt: skip
+            10,
+            "offline at stop",
+        )
         assert box.sh("systemctl stop da3-edge").returncode == 0
     finally:
         listener.close()

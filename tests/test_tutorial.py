@@ -33,8 +33,9 @@ def commands(text: str) -> list[str]:
 
 def test_the_tutorial_sets_up_as_ci_does_then_runs_the_rest() -> None:
     text = TUTORIAL.read_text()
-    set_up = [c for b in re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)[:1]
-              for c in b.splitlines()]  # fmt: skip
+    set_up = [
+        c for b in re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)[:1] for c in b.splitlines()
+    ]
     assert [c.split(" ")[0] for c in set_up] == [
         "curl",
         "git",
@@ -54,9 +55,13 @@ def test_the_tutorial_runs_as_written(export_env: Path, tmp_path: Path) -> None:
     said: list[tuple[str, subprocess.CompletedProcess[str]]] = []
     for command in commands(TUTORIAL.read_text()):
         proc = subprocess.run(
-            ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+            ["bash", "-c", command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=900,
-        )  # fmt: skip
+        )
         assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
         said.append((command, proc))
 

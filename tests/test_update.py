@@ -40,8 +40,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return deploy.build_wheel(ROOT, tmp_path_factory.mktemp("wheel"))
 
 
-def rewrite(wheel: Path, out: Path, *, version_to: str | None = None, tag: str | None = None,
-            requires_python: str | None = None) -> Path:  # fmt: skip
+def rewrite(
+    wheel: Path,
+    out: Path,
+    *,
+    version_to: str | None = None,
+    tag: str | None = None,
+    requires_python: str | None = None,
+) -> Path:
     """A copy of ``wheel`` with another version (file name and .dist-info), another tag
     in its name, or another Requires-Python."""
     old = deploy.Wheel.read(wheel).version
@@ -99,9 +105,17 @@ def test_version_order() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "allowed"),
-    [(">=3.11,<3.15", True), (">=3.12", False), ("<3.11", False), ("==3.11.*", True),
-     ("!=3.11.*", False), ("~=3.10", True), ("~=3.12.0", False), (">3.11", True)],
-)  # fmt: skip
+    [
+        (">=3.11,<3.15", True),
+        (">=3.12", False),
+        ("<3.11", False),
+        ("==3.11.*", True),
+        ("!=3.11.*", False),
+        ("~=3.10", True),
+        ("~=3.12.0", False),
+        (">3.11", True),
+    ],
+)
 def test_requires_python_on_311(spec: str, allowed: bool) -> None:
     assert deploy._python_allows(spec, (3, 11, 7)) is allowed
 
@@ -134,8 +148,8 @@ def test_update_hands_the_new_wheels_own_installer_a_checked_copy(
 @pytest.mark.root
 def test_update_passes_the_models_on(tmp_path: Path, wheel: Path) -> None:
     newer = rewrite(wheel, tmp_path, version_to="99.0.0")
-    proc = update(tmp_path, str(newer), "--models", "https://example.org/m.tar.gz",
-                  "--models-sha256", "ab" * 32)  # fmt: skip
+    models = ("--models", "https://example.org/m.tar.gz", "--models-sha256", "ab" * 32)
+    proc = update(tmp_path, str(newer), *models)
     assert proc.returncode == 0, proc.stderr
     args = (tmp_path / "ran" / "args").read_text().splitlines()
     assert args[-4:] == [
@@ -190,14 +204,20 @@ def test_update_refuses_a_wheel_for_another_python(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["https://example.org/da3_edge-9.0.0-py3-none-any.whl"], "a wheel's URL needs --sha256 HEX"),
+        (
+            ["https://example.org/da3_edge-9.0.0-py3-none-any.whl"],
+            "a wheel's URL needs --sha256 HEX",
+        ),
         (["WHEEL", "--sha256", "12"], "--sha256 must be 64 hex digits"),
-        (["WHEEL", "--models", "https://example.org/m.tar.gz"], "--models URL needs --models-sha256 HEX"),
+        (
+            ["WHEEL", "--models", "https://example.org/m.tar.gz"],
+            "--models URL needs --models-sha256 HEX",
+        ),
         (["WHEEL", "--ready-timeout", "0"], "--ready-timeout must be more than 0 seconds"),
         (["missing.whl"], "missing.whl: no such file"),
     ],
     ids=["url without hash", "short hash", "models url without hash", "zero timeout", "no file"],
-)  # fmt: skip
+)
 @pytest.mark.root
 def test_update_refusals_are_one_line(
     tmp_path: Path, wheel: Path, args: list[str], message: str

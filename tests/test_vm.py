@@ -232,11 +232,23 @@ def job(boot: int, small: tuple[int, int], auth: str, wheels: dict[str, str]) ->
     /job/wheels), then the camera's parts."""
     sizes = " ".join(str(max(shape)) for shape in VM_SHAPES)
     settings = vm.variables(
-        BOOT=boot, INSTALL_S=INSTALL_S, FRAMES=FRAMES, FRAME_WAIT_S=FRAME_WAIT_S,
-        UP_WAIT_S=UP_WAIT_S, VM_USER=USER, W=W, H=H, SMALL=f"{small[0]}x{small[1]}",
-        DAEMON_FRAMES=DAEMON_FRAMES, DAEMON_WAIT_S=DAEMON_WAIT_S, PROBE_WAIT_S=PROBE_WAIT_S,
-        SIZES=sizes, SERVE_AUTH=auth, READY_S=READY_S, **wheels,
-    )  # fmt: skip
+        BOOT=boot,
+        INSTALL_S=INSTALL_S,
+        FRAMES=FRAMES,
+        FRAME_WAIT_S=FRAME_WAIT_S,
+        UP_WAIT_S=UP_WAIT_S,
+        VM_USER=USER,
+        W=W,
+        H=H,
+        SMALL=f"{small[0]}x{small[1]}",
+        DAEMON_FRAMES=DAEMON_FRAMES,
+        DAEMON_WAIT_S=DAEMON_WAIT_S,
+        PROBE_WAIT_S=PROBE_WAIT_S,
+        SIZES=sizes,
+        SERVE_AUTH=auth,
+        READY_S=READY_S,
+        **wheels,
+    )
     after = ["owner.sh"] if boot == 1 else ["update.sh", "camera-job.sh", "camera-parts.sh"]
     parts = ["check.sh", *after]
     return settings + "".join(vm.guest(part) for part in parts)
@@ -281,8 +293,11 @@ def card(path: Path, hub: str, hub_port: int, work: Path, wheel: Path) -> tuple[
     # As an owner readies it: da3-edge installed with `uv tool install`, run outside the checkout.
     python = tool_install(wheel, work / "tool")
     with fat.mounted(image) as boot:
-        proc = run_cli(["card", str(boot), "--hub", hub, "--view", "lan",
-                        "--config", str(config)], python=python, cwd=work)  # fmt: skip
+        proc = run_cli(
+            ["card", str(boot), "--hub", hub, "--view", "lan", "--config", str(config)],
+            python=python,
+            cwd=work,
+        )
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout + proc.stderr)
     found = re.search(r"password (\S+)\n", proc.stdout)
@@ -300,10 +315,12 @@ def probe_when_asked(job: Path, port: int, password: str, done: threading.Event)
     good = base64.b64encode(f"{card_mod.LAN_USER}:{password}".encode()).decode()
     wrong = base64.b64encode(f"{card_mod.LAN_USER}:{password}x".encode()).decode()
     asks = {  # the right one first: a wrong one makes the address wait out a penalty
-        "page": ("/", good), "latest": ("/latest.jpg", good),
-        "page-none": ("/", None), "latest-none": ("/latest.jpg", None),
+        "page": ("/", good),
+        "latest": ("/latest.jpg", good),
+        "page-none": ("/", None),
+        "latest-none": ("/latest.jpg", None),
         "page-wrong": ("/", wrong),
-    }  # fmt: skip
+    }
     answers = {}
     for name, (path, auth) in asks.items():
         headers = {"Authorization": f"Basic {auth}"} if auth else {}
@@ -391,9 +408,16 @@ def boot_twice(
     # on at the next boot (boot 1).
     (work / "boot1").mkdir()
     cut = vm.run(
-        job(1, small, auth, names), timeout=INSTALL_S, memory_mib=2048, job=work / "boot1-before-runcmd",
-        disk=disk, drives=(seed,), network=True, cloud_init=True, ends_at=REBOOTING,
-    )  # fmt: skip
+        job(1, small, auth, names),
+        timeout=INSTALL_S,
+        memory_mib=2048,
+        job=work / "boot1-before-runcmd",
+        disk=disk,
+        drives=(seed,),
+        network=True,
+        cloud_init=True,
+        ends_at=REBOOTING,
+    )
     assert cut.rc == -1, f"no reboot in the first boot:\n{cut.out}{cut.console[-3000:]}"
     (work / "boot1" / "console-before-runcmd.txt").write_text(cut.console)
     for n in (1, 2):
@@ -627,8 +651,10 @@ def test_memory_max_is_enforced_and_the_daemon_lives_under_it(boots: list[vm.Res
         events = _events(cgroup)
         assert events["oom_kill"] == 0 and events["max"] == 0, events
         peak = int(cgroup.split("memory.peak: ")[1].split()[0])
-        print(f"boot {boots.index(result) + 1}: the daemon's cgroup peaked at {peak / 2**20:.0f} MiB "
-              "of its 1024 MiB MemoryMax")  # fmt: skip
+        print(
+            f"boot {boots.index(result) + 1}: the daemon's cgroup peaked at {peak / 2**20:.0f} MiB "
+            "of its 1024 MiB MemoryMax"
+        )
         assert peak < 1 << 30
         assert "NRestarts=0" in unit
         # systemd-run --wait: "Finished with result: oom-kill", the process never got there.
@@ -780,8 +806,10 @@ def test_picamera2_small_stream_on_the_virtual_camera(
     r_small = [pearson(rgb[..., c], expected[..., c]) for c in range(3)]
     r_full = [pearson(full[..., c], np.asarray(photo())[..., c]) for c in range(3)]
     err = np.abs(rgb.astype(np.int16) - expected)
-    print(f"small stream vs the photo scaled: Pearson {min(r_small):.4f}, mean |error| "
-          f"{err.mean():.2f} levels; full vs the photo: {min(r_full):.4f}")  # fmt: skip
+    print(
+        f"small stream vs the photo scaled: Pearson {min(r_small):.4f}, mean |error| "
+        f"{err.mean():.2f} levels; full vs the photo: {min(r_full):.4f}"
+    )
     assert min(r_small) > 0.98 and min(r_full) > 0.995
 
 
@@ -886,10 +914,9 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], vm_models:
     # The stop's SIGTERM is the daemon's to handle: the worker computing that frame lives on
     # until the parent stops it, so the frame is in flight, not a failed inference.
     assert c["failed_inference"] == 0, c
-    parts = (
-        c["written"] + c["dropped_stale"] + c["dropped_write"] + c["failed_inference"]
-        + c["failed_write"] + c["in_flight"]
-    )  # fmt: skip
+    dropped = c["dropped_stale"] + c["dropped_write"]
+    failed = c["failed_inference"] + c["failed_write"]
+    parts = c["written"] + dropped + failed + c["in_flight"]
     assert c["captured"] == parts, c  # exact: the file written after the threads stopped
     # Published frames only: the copy may hold one being written (.tmp-*).
     frames = sorted(p for p in (boots[1].job / "daemon-frames").iterdir() if p.name.isdigit())
@@ -912,8 +939,9 @@ def test_daemon_under_its_unit_with_picamera2(boots: list[vm.Result], vm_models:
         host = pipe.finish(job, at_core=True).depth
     assert summary["source_size"] == [H, W]
     assert depth.shape == host.shape == tuple(summary["shape_used"]) == VM_SHAPE, (
-        depth.shape, host.shape,
-    )  # fmt: skip
+        depth.shape,
+        host.shape,
+    )
     r = pearson(depth, host)
     rel = float(np.abs(depth - host).max() / np.abs(host).max())
     print(f"daemon in the VM vs the host's pipeline: Pearson {r:.6f}, max |diff| / max {rel:.2e}")

@@ -125,9 +125,11 @@ def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_full_disk_never_kills_the_process(
-    fp32_path: Path, tiny_tmpfs: Path, monkeypatch: pytest.MonkeyPatch,
+    fp32_path: Path,
+    tiny_tmpfs: Path,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     """20 MiB free for ~95 MiB of packed weights: the free-space check declines; and if
     the disk fills anyway (the check skipped here), LiteRT aborts the builder child,
     not this process, and nothing half-written is left."""

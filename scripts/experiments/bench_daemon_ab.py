@@ -45,8 +45,11 @@ def checkout(rev: str, into: Path) -> str:
     """The package of ``rev`` (its edge/), unpacked into ``into``; its full hash."""
     full = subprocess.run(
         ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     tar = subprocess.run(
         ["git", "archive", full, "edge"], cwd=ROOT, capture_output=True, check=True
     )
@@ -61,8 +64,9 @@ def one_run(
     store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
     total = args.warmup + args.frames
     config = counting_config(work / "daemon.toml", total)
-    records = replay_daemon(replay, store, models, config=config, fps=args.fps,
-                                  frames=total, code=code)  # fmt: skip
+    records = replay_daemon(
+        replay, store, models, config=config, fps=args.fps, frames=total, code=code
+    )
     shutil.rmtree(store, ignore_errors=True)
     return daemon_summary(records, args.warmup)
 
@@ -115,10 +119,14 @@ def main() -> int:
     try:
         old_code = work / "old"
         old_rev = checkout(args.old, old_code)
-        new_rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True, check=True).stdout.strip()  # fmt: skip
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "edge"], cwd=ROOT,
-                                    capture_output=True, text=True).stdout.strip())  # fmt: skip
+        new_rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "edge"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+        )
         rounds = paired_rounds(args, old_code, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

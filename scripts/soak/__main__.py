@@ -33,16 +33,22 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--minutes", type=float, default=60.0, help="length of the run (default 60)")
     ap.add_argument("--out", type=Path, default=Path("soak"), help="(default ./soak)")
-    ap.add_argument("--models", type=Path, help="model directory (default: the small "
-                    "random-weight test models, built if missing)")  # fmt: skip
+    ap.add_argument(
+        "--models",
+        type=Path,
+        help="model directory (default: the small random-weight test models, built if missing)",
+    )
     ap.add_argument("--precision", default="fp16", choices=("fp16", "fp32", "int8"))
     ap.add_argument("--fps", type=float, default=2.0, help="camera frames/s (default 2)")
     ap.add_argument("--size", type=size, default=(640, 480), help="WxH (default 640x480)")
     ap.add_argument("--threads", type=int, default=1, help="core threads (default 1)")
     ap.add_argument("--sample-every", type=float, help="seconds (default: 5, 10 past 10 min)")
     ap.add_argument("--plots", action="store_true", help="also draw OUT/soak.png")
-    ap.add_argument("--recheck", action="store_true",
-                    help="judge the finished run in OUT again by these rules (no run)")  # fmt: skip
+    ap.add_argument(
+        "--recheck",
+        action="store_true",
+        help="judge the finished run in OUT again by these rules (no run)",
+    )
     return ap
 
 
@@ -57,10 +63,10 @@ def soak_run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("daemon.log", "samples.jsonl", "events.jsonl", "report.json"):
         (out / name).unlink(missing_ok=True)
+    seconds, every = args.minutes * 60, args.sample_every or (5.0 if args.minutes <= 10 else 10.0)
     soak = Soak(
-        out, args.minutes * 60, models.resolve(), args.precision, args.fps, args.size,
-        args.threads, args.sample_every or (5.0 if args.minutes <= 10 else 10.0),
-    )  # fmt: skip
+        out, seconds, models.resolve(), args.precision, args.fps, args.size, args.threads, every
+    )
     soak.mount.mkdir(exist_ok=True)
     subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={STORE_MIB}m", "soak", str(soak.mount)], check=True
@@ -71,10 +77,15 @@ def soak_run(args: argparse.Namespace) -> int:
         subprocess.run(["umount", "-l", str(soak.mount)], check=False)
     report = check(soak)
     report["setup"] = {
-        "minutes": args.minutes, "models": str(models), "precision": args.precision,
-        "fps": args.fps, "size": list(args.size), "threads": args.threads,
-        "faults": [asdict(f) for f in soak.faults], "windows_s": windows(soak.seconds),
-    }  # fmt: skip
+        "minutes": args.minutes,
+        "models": str(models),
+        "precision": args.precision,
+        "fps": args.fps,
+        "size": list(args.size),
+        "threads": args.threads,
+        "faults": [asdict(f) for f in soak.faults],
+        "windows_s": windows(soak.seconds),
+    }
     for name, rows in (("samples.jsonl", soak.samples), ("events.jsonl", soak.events)):
         (out / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -50,8 +50,9 @@ class Broker:
         passwords = self.tmp / "passwords"
         passwords.touch(mode=0o600)
         for user, password in users.items():
-            subprocess.run([passwd, "-b", str(passwords), user, password], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                [passwd, "-b", str(passwords), user, password], check=True, capture_output=True
+            )
         return passwords
 
     def start(self) -> None:

@@ -28,9 +28,12 @@ def child(fn: Child) -> Child:
 
 
 def run(
-    name: str, *args: object, python: Path | str = sys.executable,
-    env: dict[str, str] | None = None, timeout: float | None = 120,
-) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    name: str,
+    *args: object,
+    python: Path | str = sys.executable,
+    env: dict[str, str] | None = None,
+    timeout: float | None = 120,
+) -> subprocess.CompletedProcess[str]:
     """The child ``name`` in a fresh ``python`` (``env``: the whole environment when
     given), from the checkout; exit code, stdout and stderr as text."""
     argv = [str(python), "-m", "scripts.support.children", name, *map(str, args)]
@@ -275,8 +278,10 @@ def same_keys(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in CHILDREN:
-        print(f"usage: python -m scripts.support.children {{{','.join(CHILDREN)}}} [ARG...]",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"usage: python -m scripts.support.children {{{','.join(CHILDREN)}}} [ARG...]",
+            file=sys.stderr,
+        )
         return 2
     return CHILDREN[argv[0]](argv[1:])
 
@@ -331,8 +336,12 @@ def shape_constants_against_torch(argv: list[str]) -> int:
             uv = create_uv_grid(gw, gh, aspect_ratio=w / h, dtype=torch.float32)
             pe = (position_grid_to_embed(uv, channels) * 0.1).permute(2, 0, 1).numpy()
             cols, rows = uv_embedding_parts(channels, gh, gw, h, w)
-            whole = np.concatenate([np.broadcast_to(cols[0], (channels // 2, gh, gw)),
-                                    np.broadcast_to(rows[0], (channels // 2, gh, gw))])  # fmt: skip
+            whole = np.concatenate(
+                [
+                    np.broadcast_to(cols[0], (channels // 2, gh, gw)),
+                    np.broadcast_to(rows[0], (channels // 2, gh, gw)),
+                ]
+            )
             d_uv = max(d_uv, float(np.abs(pe - whole).max()))
         print(f"SHAPE {text} {d_rope:.3e} {d_uv:.3e}")
     return 0

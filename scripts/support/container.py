@@ -50,8 +50,8 @@ def rootfs_tarball() -> Path:
 
 def uv_target(target: Path, python_version: str) -> list[str]:
     """``uv pip install`` into ``target`` for another Python on x86_64 Linux."""
-    return ["uv", "pip", "install", "-q", "--target", str(target), "--python-version",
-            python_version, "--python-platform", "x86_64-manylinux_2_28"]  # fmt: skip
+    platform = ["--python-version", python_version, "--python-platform", "x86_64-manylinux_2_28"]
+    return ["uv", "pip", "install", "-q", "--target", str(target), *platform]
 
 
 def install_locked(target: Path, python_version: str) -> None:
@@ -59,11 +59,9 @@ def install_locked(target: Path, python_version: str) -> None:
     ``target`` for ``python_version``: what the container and the VM run it with."""
     with tempfile.TemporaryDirectory() as tmp:
         reqs = Path(tmp) / "requirements.txt"
-        for cmd in (
-            ["uv", "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes",
-             "-o", str(reqs)],
-            [*uv_target(target, python_version), "-r", str(reqs)],
-        ):  # fmt: skip
+        export = ["uv", "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes"]
+        install = [*uv_target(target, python_version), "-r", str(reqs)]
+        for cmd in ([*export, "-o", str(reqs)], install):
             proc = _run(cmd, cwd=ROOT)
             assert proc.returncode == 0, f"{' '.join(cmd[:4])}...: {proc.stderr}"
 
@@ -120,8 +118,8 @@ class Container:
             ["--gid", "da3-edge", "--home-dir", "/nonexistent", "da3-edge-serve"],
             ["--gid", "da3-edge", "--home-dir", "/nonexistent", "da3-edge-publish"],
         ):
-            made = _run(["chroot", str(root), "useradd", "--system", "--no-create-home",
-                         "--shell", "/usr/sbin/nologin", *user])  # fmt: skip
+            system = ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+            made = _run(["chroot", str(root), "useradd", *system, *user])
             assert made.returncode == 0, made.stderr
         return cls(root)
 

@@ -156,8 +156,11 @@ class Command:
         self._log = open(log, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge", command, *args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
     @property
     def log(self) -> str:
@@ -204,9 +207,13 @@ def write_config(
 
 
 def daemon(
-    tmp: Path, store_dir: Path, models: Path, source: str = "fake:fps:20", /,
+    tmp: Path,
+    store_dir: Path,
+    models: Path,
+    source: str = "fake:fps:20",
+    /,
     **sections: dict[str, object],
-) -> DaemonProcess:  # fmt: skip
+) -> DaemonProcess:
     """The daemon on ``source`` writing ``store_dir``, in a directory of its own under
     ``tmp`` (one per start); ``sections`` add to its config (``write_config``). With a
     folder ``edge.fakecore.fake_models`` wrote it runs FakeCores (scripts.support.

@@ -42,9 +42,13 @@ def open_pipeline(model: config_mod.ModelConfig) -> Pipeline:
         LOAD_DELAY[0] = 0.0
     open_core, _ = FakeCore.opener(delay=DELAY)
     spec = PipelineSpec(
-        Path(model.dir), precision=model.precision, stages=model.stages,
-        core_process=True, workers=model.workers, size=model.size or None,
-    )  # fmt: skip
+        Path(model.dir),
+        precision=model.precision,
+        stages=model.stages,
+        core_process=True,
+        workers=model.workers,
+        size=model.size or None,
+    )
     return Pipeline.load(spec, open_core=open_core)
 
 

@@ -157,8 +157,10 @@ def stale() -> list[Part]:
 def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         for part in stale():
-            print(f"{part.doc.relative_to(ROOT)}: {part.name} is out of date: run {COMMAND}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{part.doc.relative_to(ROOT)}: {part.name} is out of date: run {COMMAND}",
+                file=sys.stderr,
+            )
         return 1 if stale() else 0
     if argv:
         print(__doc__, file=sys.stderr)

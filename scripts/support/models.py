@@ -108,8 +108,8 @@ def build_vm_models() -> Path:
     weights = build_random_weights()
     out = cache_dir() / "vm"
     shape = f"{VM_SHAPE[0]}x{VM_SHAPE[1]}"
-    return run_export(out, ["export", "--weights", str(weights), "--shape", shape,
-                            "--precision", "fp16", "--out", str(out)])  # fmt: skip
+    export = ["export", "--weights", str(weights), "--shape", shape, "--precision", "fp16"]
+    return run_export(out, [*export, "--out", str(out)])
 
 
 def build_full_models() -> Path:
@@ -123,7 +123,11 @@ def build_full_models() -> Path:
 if __name__ == "__main__":
     # python -m scripts.support.models {weights,small,vm,full}...: built (or reused) in that
     # order, each folder printed on a line of its own
-    builders = {"weights": build_random_weights, "small": build_small_models, "vm": build_vm_models,
-                "full": build_full_models}  # fmt: skip
+    builders = {
+        "weights": build_random_weights,
+        "small": build_small_models,
+        "vm": build_vm_models,
+        "full": build_full_models,
+    }
     for name in sys.argv[1:]:
         print(builders[name]())

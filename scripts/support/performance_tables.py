@@ -147,8 +147,11 @@ def render_peer(data: Data) -> str:
     ]
     if peer["measured"]:
         agree = ", ".join(f"{k} {1 - v:.1e}" for k, v in peer["log_depth_pearson"].items())
-        tail = ["", f"Same weights on both sides: 1 - Pearson of log-depth against da3-edge's fp16 "
-                f"still, {agree}."]  # fmt: skip
+        tail = [
+            "",
+            f"Same weights on both sides: 1 - Pearson of log-depth against da3-edge's fp16 "
+            f"still, {agree}.",
+        ]
     else:
         tail = ["", f"depth-anything.cpp was not measured in this run ({peer['reason']})."]
     return "\n".join([head, "", *rows, *tail])
@@ -171,18 +174,19 @@ def _peer_rows(data: Data, peer: Data) -> list[str]:
     for theirs, ours, name, rss_target in pairs:
         measured = peer["measured"] and f"depth-anything.cpp-{theirs}" in still
         label, peer_name = f"{theirs} / {ours}", f"depth-anything.cpp-{theirs}"
-        row(f"one still, fresh process, {label}", still[peer_name] if measured else None,
-            still[name], "s", ".2f", "")  # fmt: skip
-        row(f"peak RSS of that still, {label}", rss[peer_name] if measured else None,
-            rss[name], "MiB", ".0f", rss_target)  # fmt: skip
+        peer_still = still[peer_name] if measured else None
+        row(f"one still, fresh process, {label}", peer_still, still[name], "s", ".2f", "")
+        peer_rss = rss[peer_name] if measured else None
+        row(f"peak RSS of that still, {label}", peer_rss, rss[name], "MiB", ".0f", rss_target)
         if name in load:
-            row(f"model load, {label}, weight cache warm",
-                peer["load_ms"][theirs] if measured else None, load[name], "ms", ".0f",
-                "<= 60 ms" if ours == "fp16" else "")  # fmt: skip
+            what = f"model load, {label}, weight cache warm"
+            target = "<= 60 ms" if ours == "fp16" else ""
+            peer_load = peer["load_ms"][theirs] if measured else None
+            row(what, peer_load, load[name], "ms", ".0f", target)
         if name in to_depth:
-            row(f"to the first depth map (decode, load, preprocess, core run), {label}",
-                peer["to_depth_ms"][theirs] if measured else None, to_depth[name], "ms", ".0f",
-                "")  # fmt: skip
+            what = f"to the first depth map (decode, load, preprocess, core run), {label}"
+            peer_depth = peer["to_depth_ms"][theirs] if measured else None
+            row(what, peer_depth, to_depth[name], "ms", ".0f", "")
         if ours in first:
             rows.append(
                 f"| the first still, its weight cache empty, {ours} (built in a child first) | | "
@@ -215,13 +219,12 @@ def _edge_only_rows(data: Data) -> list[str]:
 def render_sizes(data: Data) -> str:
     """The price of each size (scripts/price_sizes): the line above, the table."""
     cpu = data["machine"]["cpu"]
+    random_init = "; random-init weights (the cost of a size, not its accuracy)."
     head = (
         f"{cpu['model']} ({cpu['machine']}, {cpu['cores']} cores), {data['threads']} threads, "
         f"{data['rounds']} alternating rounds (medians), git {data['machine']['git_revision']}, "
-        f"image: {data['image']}"
-        + ("; random-init weights (the cost of a size, not its accuracy)." if data["random_init"]
-           else ".")
-    )  # fmt: skip
+        f"image: {data['image']}" + (random_init if data["random_init"] else ".")
+    )
     daemons = [r["daemon"] for r in data["sizes"] if "daemon" in r]
     stages = sorted({run["stages"] for d in daemons for run in d["rounds"]})
     if stages:
@@ -254,8 +257,9 @@ def render_a76_sizes(data: Data, sizes: Data) -> str:
     run = data["_run"]
     counted = sorted(
         (v for k, v in data.items() if not k.startswith("_")),
-        key=lambda v: max(v["shape"]), reverse=True,
-    )  # fmt: skip
+        key=lambda v: max(v["shape"]),
+        reverse=True,
+    )
     gflop = {tuple(r["shape"]): r["gflop"] for r in sizes["sizes"]}
     base = next(v for v in counted if max(v["shape"]) == 504)
     head = (

@@ -29,9 +29,15 @@ PHOTOS = ("astronaut.png", "coffee.png", "chelsea.png", "motorcycle_left.png")
 # The stage-fidelity sizes (H x W): tiny, small, HD both ways, the default camera both
 # ways, 12 MP photos both ways (over the ExecuTorch stages' 2048-a-side bound).
 STAGE_SIZES: tuple[tuple[int, int], ...] = (
-    (40, 30), (300, 200), (720, 1280), (1280, 720), (1200, 1600), (1600, 1200),
-    (3000, 4000), (4032, 3024),
-)  # fmt: skip
+    (40, 30),
+    (300, 200),
+    (720, 1280),
+    (1280, 720),
+    (1200, 1600),
+    (1600, 1200),
+    (3000, 4000),
+    (4032, 3024),
+)
 
 
 def skimage_data() -> Path:
@@ -111,9 +117,12 @@ def make(out: Path) -> dict[str, list[Path]]:
 
 
 def make_good(
-    good: Path, coffee: Image.Image, astronaut: Image.Image, rocket: Image.Image,
+    good: Path,
+    coffee: Image.Image,
+    astronaut: Image.Image,
+    rocket: Image.Image,
     chelsea: Image.Image,
-) -> list[Path]:  # fmt: skip
+) -> list[Path]:
     """What a still must read: orientation, alpha, grey, CMYK, 16 bits, palette, crops."""
     good.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []

@@ -52,12 +52,10 @@ def replay_daemon(
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
     if code is not None:
         env["PYTHONPATH"] = str(code)
-    argv = [
-        python, "-m", "edge", "run", "--config", str(config),
-        "--source", f"replay:{replay}@{fps:g}", "--store", str(store),
-        "--models", str(models), "--max-frames", str(frames),
-        *(["--threads", str(threads)] if threads is not None else []),
-    ]  # fmt: skip
+    argv = [python, "-m", "edge", "run", "--config", str(config)]
+    argv += ["--source", f"replay:{replay}@{fps:g}", "--store", str(store)]
+    argv += ["--models", str(models), "--max-frames", str(frames)]
+    argv += ["--threads", str(threads)] if threads is not None else []
     proc = subprocess.run(
         argv, cwd=code, env=env, capture_output=True, text=True, timeout=1800, check=False
     )

@@ -24,8 +24,11 @@ def summarise(sizes: list[int], rounds: list[dict[str, Any]]) -> list[dict[str, 
     rows = []
     for size in sizes:
         shape = da3_shape(*IMAGE, size)
-        row: dict[str, Any] = {"size": size, "shape": list(shape),
-                               "tokens": (shape[0] // 14) * (shape[1] // 14)}  # fmt: skip
+        row: dict[str, Any] = {
+            "size": size,
+            "shape": list(shape),
+            "tokens": (shape[0] // 14) * (shape[1] // 14),
+        }
         for key in ("core_ms", "still_s", "still_peak_rss_mib"):
             row[key] = {p: median(size, p, key) for p in PRECISIONS}
         for key, ratio in (("core_ms", "core_ratio"), ("still_s", "still_ratio")):

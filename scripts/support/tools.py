@@ -133,20 +133,33 @@ def free_port() -> int:
 
 
 def as_user(
-    uid: int, gid: int, groups: str, *argv: str, cwd: Path | str = ROOT,
+    uid: int,
+    gid: int,
+    groups: str,
+    *argv: str,
+    cwd: Path | str = ROOT,
     env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:  # fmt: skip
+) -> subprocess.CompletedProcess[str]:
     """``da3-edge ARGV`` as ``uid``, primary group ``gid``, supplementary ``groups`` (comma
     separated, or none): setpriv, since CI runs as root, whom no permission stops.
     TimeoutExpired if it still runs at 60 s."""
     if os.geteuid() != 0:
         skip_or_fail("runs da3-edge as another user: needs root (mark the test root)")
-    command = ["setpriv", f"--reuid={uid}", f"--regid={gid}",
-               f"--groups={groups}" if groups else "--clear-groups"]  # fmt: skip
+    command = [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        f"--groups={groups}" if groups else "--clear-groups",
+    ]
     return subprocess.run(
         [*command, sys.executable, "-m", "edge", *argv],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+        check=False,
+    )
 
 
 @contextlib.contextmanager

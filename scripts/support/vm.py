@@ -178,8 +178,9 @@ def _pi_first_boot(root: Path) -> None:
     if cas := host_cas():
         for ca in cas:
             shutil.copy(ca, root / "usr/local/share/ca-certificates" / ca.name)
-        subprocess.run(["chroot", str(root), "update-ca-certificates"], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["chroot", str(root), "update-ca-certificates"], check=True, capture_output=True
+        )
         env = "[Service]\nEnvironment=SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n"
     for unit in ("cloud-init-main", "cloud-init-local", "cloud-final"):
         drop_in = root / f"etc/systemd/system/{unit}.service.d"
@@ -195,14 +196,16 @@ def picamera2_deps() -> Path:
 
     def build(deps: Path) -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            _must([*uv_target(deps, VM_PYTHON), "--no-deps", "--only-binary", ":all:",
-                   *PICAMERA2])  # fmt: skip
+            _must([*uv_target(deps, VM_PYTHON), "--no-deps", "--only-binary", ":all:", *PICAMERA2])
             # pidng's sdist, built for the host's Python: its .py files are what picamera2
             # imports (the C part is for DNG compression, loaded only then).
-            _must(["uv", "pip", "install", "-q", "--target", f"{tmp}/pidng", "--python",
-                   sys.executable, "--no-deps", PIDNG])  # fmt: skip
-            shutil.copytree(Path(tmp) / "pidng/pidng", deps / "pidng",
-                            ignore=shutil.ignore_patterns("*.so", "__pycache__"))  # fmt: skip
+            pidng = ["--target", f"{tmp}/pidng", "--python", sys.executable, "--no-deps", PIDNG]
+            _must(["uv", "pip", "install", "-q", *pidng])
+            shutil.copytree(
+                Path(tmp) / "pidng/pidng",
+                deps / "pidng",
+                ignore=shutil.ignore_patterns("*.so", "__pycache__"),
+            )
 
     return _kept(CACHE / f"vm-python{VM_PYTHON}-picamera2-{pins}", build)
 
@@ -212,8 +215,9 @@ def runtime_deps() -> Path:
     installer has made a venv (``LAY_OUT``): the checkout's da3-edge runs with them.
     Kept beside the image, named by the lock."""
     lock = hashlib.sha256((ROOT / "uv.lock").read_bytes()).hexdigest()[:12]
-    return _kept(CACHE / f"vm-python{VM_PYTHON}-deps-{lock}",
-                 lambda deps: install_locked(deps, VM_PYTHON))  # fmt: skip
+    return _kept(
+        CACHE / f"vm-python{VM_PYTHON}-deps-{lock}", lambda deps: install_locked(deps, VM_PYTHON)
+    )
 
 
 def _kept(deps: Path, build: Callable[[Path], None]) -> Path:
@@ -336,9 +340,15 @@ def camera_shares(lay_out: bool = False) -> dict[str, Path]:
 
 # From requirements/apt.txt; the last four for a first boot (overlay, scripts/support/fat.py).
 TOOLS = (
-    "qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "uv", "qemu-img", "mkfs.vfat", "mcopy",
+    "qemu-system-x86_64",
+    "mmdebstrap",
+    "mkfs.ext4",
+    "uv",
+    "qemu-img",
+    "mkfs.vfat",
+    "mcopy",
     "fusefat",
-)  # fmt: skip
+)
 
 
 def missing_tools() -> list[str]:
@@ -348,18 +358,28 @@ def missing_tools() -> list[str]:
 
 def _must(cmd: list[str], env: dict[str, str] | None = None) -> None:
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, check=False, cwd=ROOT,
+        cmd,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
         env=None if env is None else {**os.environ, **env},
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd[:4])}... failed:\n{proc.stdout}{proc.stderr}")
 
 
 def qemu(
-    job: Path, memory_mib: int, shares: dict[str, Path] | None, disk: Path | None,
-    drives: tuple[Path, ...], *, network: bool, cloud_init: bool,
+    job: Path,
+    memory_mib: int,
+    shares: dict[str, Path] | None,
+    disk: Path | None,
+    drives: tuple[Path, ...],
+    *,
+    network: bool,
+    cloud_init: bool,
     forwards: dict[int, int] | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The qemu command line of ``run``: the image's kernel, ``job`` and ``shares`` over
     9p, the disk (the image as built, in snapshot mode, or ``disk``) and ``drives``;
     ``forwards``: the host's 127.0.0.1:PORT to the guest's port, by host port."""
@@ -368,17 +388,12 @@ def qemu(
         f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in (forwards or {}).items()
     )
     accel = os.environ.get("DA3_EDGE_VM_ACCEL", "tcg")
-    cmd = [
-        "qemu-system-x86_64",
-        "-accel", "tcg,thread=multi" if accel == "tcg" else accel,
-        "-cpu", os.environ.get("DA3_EDGE_VM_CPU", "max"), "-smp", "2", "-m", str(memory_mib),
-        "-kernel", str(vm / "vmlinuz"), "-initrd", str(vm / "initrd.img"),
-        "-append", "root=/dev/vda rw console=ttyS0 quiet"
-        + ("" if cloud_init else " cloud-init=disabled"),
-        "-virtfs", f"local,path={job},mount_tag=job,security_model=none",
-        "-nographic", "-no-reboot",
-        "-nic", nic if network else "none",
-    ]  # fmt: skip
+    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=multi" if accel == "tcg" else accel]
+    cmd += ["-cpu", os.environ.get("DA3_EDGE_VM_CPU", "max"), "-smp", "2", "-m", str(memory_mib)]
+    cmd += ["-kernel", str(vm / "vmlinuz"), "-initrd", str(vm / "initrd.img")]
+    append = "root=/dev/vda rw console=ttyS0 quiet" + ("" if cloud_init else " cloud-init=disabled")
+    cmd += ["-append", append, "-virtfs", f"local,path={job},mount_tag=job,security_model=none"]
+    cmd += ["-nographic", "-no-reboot", "-nic", nic if network else "none"]
     if disk is None:  # the image stays as built: every boot is a first one
         cmd += ["-drive", f"file={vm / 'root.img'},if=virtio,format=raw", "-snapshot"]
     else:
@@ -426,8 +441,8 @@ def run(
         (job / name).write_bytes(data)
     for stale in ("rc", "out.txt"):
         (job / stale).unlink(missing_ok=True)
-    cmd = qemu(job, memory_mib, shares, disk, drives, network=network,
-               cloud_init=cloud_init, forwards=forwards)  # fmt: skip
+    machine = (job, memory_mib, shares, disk, drives)
+    cmd = qemu(*machine, network=network, cloud_init=cloud_init, forwards=forwards)
     console = job / "console.txt"
     started = time.monotonic()
     qemu_rc = _boot(cmd, console, timeout)
@@ -450,8 +465,8 @@ def run(
 def overlay(path: Path) -> Path:
     """A disk for ``run(disk=...)``: a qcow2 overlay on the image (which stays as built),
     so that a second boot starts from where the first one left off."""
-    _must(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image() / "root.img"),
-           "-F", "raw", str(path)])  # fmt: skip
+    backing = ["-b", str(image() / "root.img"), "-F", "raw"]
+    _must(["qemu-img", "create", "-q", "-f", "qcow2", *backing, str(path)])
     return path
 
 

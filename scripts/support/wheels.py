@@ -15,11 +15,13 @@ from . import ROOT
 
 def copy_checkout(out: Path) -> Path:
     """The files git tracks (and new ones it does not ignore), links kept as links."""
-    names = subprocess.run(
-        ["git", "-c", f"safe.directory={ROOT}", "-C", str(ROOT), "ls-files", "-z",
-         "--cached", "--others", "--exclude-standard"],
-        capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
+    listed = ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    proc = subprocess.run(
+        ["git", "-c", f"safe.directory={ROOT}", "-C", str(ROOT), *listed],
+        capture_output=True,
+        check=True,
+    )
+    names = proc.stdout.decode().split("\0")
     for name in filter(None, names):
         src, dest = ROOT / name, out / name
         if not src.is_symlink() and not src.exists():

@@ -35,40 +35,69 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--image", type=Path)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
-        "--size", type=options.size, default=LONGEST_SIDE, metavar="N",
+        "--size",
+        type=options.size,
+        default=LONGEST_SIDE,
+        metavar="N",
         help=f"the core's long side for both contenders (DA3's process_res; da3-edge's "
         f"--size, its models exported at N; default {LONGEST_SIDE})",
-    )  # fmt: skip
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--runtime-python", type=Path, default=ROOT / ".venv" / "bin" / "python")
     p.add_argument("--json", type=Path, help="write the raw results here")
-    p.add_argument("--daemon-frames", type=int, default=30,
-                   help="frames to time `da3-edge run` on replayed photos (0: skip)")  # fmt: skip
-    p.add_argument("--daemon-fps", type=float, default=10.0, help="replay rate (camera fps)")
-    p.add_argument("--daemon-rounds", type=int, default=3,
-                   help="daemon runs, each after its own core timing")  # fmt: skip
+    add_beside(p)
+    return p
+
+
+def add_beside(p: argparse.ArgumentParser) -> None:
+    """The options of what is measured beside the stills: the daemon, serve, publish, the
+    peer, an earlier revision."""
     p.add_argument(
-        "--daemon-workers", default=[1],
+        "--daemon-frames",
+        type=int,
+        default=30,
+        help="frames to time `da3-edge run` on replayed photos (0: skip)",
+    )
+    p.add_argument("--daemon-fps", type=float, default=10.0, help="replay rate (camera fps)")
+    p.add_argument(
+        "--daemon-rounds", type=int, default=3, help="daemon runs, each after its own core timing"
+    )
+    p.add_argument(
+        "--daemon-workers",
+        default=[1],
         type=lambda text: sorted({int(w) for w in text.split(",")}),
         help="model.workers values to time the daemon with, comma-separated (1: the default "
         "config, the target's; the threads are shared among the workers)",
-    )  # fmt: skip
-    p.add_argument("--serve-rounds", type=int, default=5,
-                   help="paired rounds for serve's cost (0: skip)")  # fmt: skip
-    p.add_argument("--no-publish", dest="publish", action="store_false",
-                   help="skip the MQTT publisher's figures (they need mosquitto)")  # fmt: skip
+    )
     p.add_argument(
-        "--peer", type=Path, metavar="CLI",
+        "--serve-rounds", type=int, default=5, help="paired rounds for serve's cost (0: skip)"
+    )
+    p.add_argument(
+        "--no-publish",
+        dest="publish",
+        action="store_false",
+        help="skip the MQTT publisher's figures (they need mosquitto)",
+    )
+    p.add_argument(
+        "--peer",
+        type=Path,
+        metavar="CLI",
         help="depth-anything.cpp's da3-cli, built locally (scripts/peer/README.md): timed "
         "beside da3-edge in the same rounds",
-    )  # fmt: skip
-    p.add_argument("--peer-gguf", action="append", default=[], metavar="PRECISION=FILE",
-                   help="a GGUF for --peer, e.g. f16=da3-small-f16.gguf (repeat for q8_0)")  # fmt: skip
+    )
     p.add_argument(
-        "--before", type=Path, metavar="DIR",
+        "--peer-gguf",
+        action="append",
+        default=[],
+        metavar="PRECISION=FILE",
+        help="a GGUF for --peer, e.g. f16=da3-small-f16.gguf (repeat for q8_0)",
+    )
+    p.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
         help="a checkout of an earlier da3-edge revision: its snap alternates with this one's",
-    )  # fmt: skip
-    return p
+    )
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Path]]:
@@ -101,16 +130,15 @@ def pytorch_argv(ns: argparse.Namespace, image: Path, work: Path) -> list[str]:
     """The baseline's still, run from the checkout in this (the export) environment."""
     out = str(work / "ref.png")
     module = "scripts.support.compare_pytorch.baseline"
-    return [sys.executable, "-m", module, str(ns.weights), str(image), out, str(ns.threads),
-            str(ns.size)]  # fmt: skip
+    args = [str(ns.weights), str(image), out, str(ns.threads), str(ns.size)]
+    return [sys.executable, "-m", module, *args]
 
 
 def snap_argv(ns: argparse.Namespace, image: Path, out: Path, *extra: str) -> list[str]:
     """`da3-edge snap` of ``image`` into ``out`` with the runtime environment's Python."""
-    return [
-        str(ns.runtime_python), "-m", "edge", "snap", str(image), "-o", str(out),
-        "--models", str(ns.models), "--threads", str(ns.threads), "--size", str(ns.size), *extra,
-    ]  # fmt: skip
+    argv = [str(ns.runtime_python), "-m", "edge", "snap", str(image), "-o", str(out)]
+    argv += ["--models", str(ns.models), "--threads", str(ns.threads), "--size", str(ns.size)]
+    return [*argv, *extra]
 
 
 def contenders(
@@ -135,9 +163,9 @@ def contenders(
         before_env = {**edge_env, "PYTHONPATH": str(ns.before.resolve())}
         found["da3-edge-before"] = (snap("before"), before_env, True)
     for precision, gguf in ggufs.items():
-        argv = [str(ns.peer), "depth", "--model", str(gguf), "--input", str(image),
-                "--pfm", str(work / f"peer-{precision}.pfm"),
-                "--png", str(work / f"peer-{precision}.png"), "--threads", str(ns.threads)]  # fmt: skip
+        pfm, png = work / f"peer-{precision}.pfm", work / f"peer-{precision}.png"
+        argv = [str(ns.peer), "depth", "--model", str(gguf), "--input", str(image)]
+        argv += ["--pfm", str(pfm), "--png", str(png), "--threads", str(ns.threads)]
         found[f"depth-anything.cpp-{precision}"] = (argv, threads_env, False)
     return found, edge_env
 
@@ -163,8 +191,12 @@ def stills(
             peer_firsts[precision].append(peer.peer_first_depth(ns.peer, gguf, image, ns.threads))
     # The stages the default config ran (auto: ExecuTorch where its runner is installed).
     record = json.loads((work / "edge" / f"{image.stem}.json").read_text())
-    return {"results": results, "first_build": first_build, "peer_firsts": peer_firsts,
-            "default_stages": record["stages"]}  # fmt: skip
+    return {
+        "results": results,
+        "first_build": first_build,
+        "peer_firsts": peer_firsts,
+        "default_stages": record["stages"],
+    }
 
 
 def baseline_forward(ns: argparse.Namespace, image: Path, work: Path) -> dict[str, Any]:
@@ -181,33 +213,32 @@ def baseline_forward(ns: argparse.Namespace, image: Path, work: Path) -> dict[st
 def companions(ns: argparse.Namespace, work: Path, shape: tuple[int, int]) -> dict[str, Any]:
     """The stage backends side by side at 1 thread and at --threads, serve's and
     publish's costs: each a tool of its own in the runtime environment."""
+    python, models = ns.runtime_python, ("--models", str(ns.models))
     stages = {}
     for threads in sorted({1, ns.threads}):
-        stages[str(threads)] = tool(
-            ns.runtime_python, "bench_stages", "--models", str(ns.models),
-            "--shape", f"{shape[0]}x{shape[1]}", "--threads", str(threads), "-n", "30", "--json",
-        )  # fmt: skip
+        timed = ("--shape", f"{shape[0]}x{shape[1]}", "--threads", str(threads), "-n", "30")
+        stages[str(threads)] = tool(python, "bench_stages", *models, *timed, "--json")
     frames, fps = str(ns.daemon_frames or 30), f"{ns.daemon_fps:g}"
+    replayed = ("--frames", frames, "--fps", fps)
     serve = None
     if ns.serve_rounds:
+        rounds, out = ("--rounds", str(ns.serve_rounds)), work / "serve.json"
         serve = tool(
-            ns.runtime_python, "bench_serve", "--models", str(ns.models), "--rounds",
-            str(ns.serve_rounds), "--frames", frames, "--fps", fps,
-            "--json", str(work / "serve.json"), out=work / "serve.json",
-        )  # fmt: skip
+            python, "bench_serve", *models, *rounds, *replayed, "--json", str(out), out=out
+        )
     publish = None
     if ns.publish and shutil.which("mosquitto"):
-        publish = tool(
-            ns.runtime_python, "bench_publish", "--models", str(ns.models), "--frames", frames,
-            "--fps", fps, "--json", str(work / "publish.json"), out=work / "publish.json",
-        )  # fmt: skip
+        out = work / "publish.json"
+        publish = tool(python, "bench_publish", *models, *replayed, "--json", str(out), out=out)
     return {"stages": stages, "serve": serve, "publish": publish}
 
 
 def summarise(
-    ns: argparse.Namespace, rounds: dict[str, Any], forward: dict[str, Any],
+    ns: argparse.Namespace,
+    rounds: dict[str, Any],
+    forward: dict[str, Any],
     measured: dict[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The JSON: everything measured, and the medians and ratios the table shows."""
     results = rounds["results"]
     cores, flops = measured["cores"], measured["flops"]
@@ -254,8 +285,12 @@ def before(ns: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -> 
         for new, old in zip(results["da3-edge"], results["da3-edge-before"], strict=True)
     ]
     revision = peer.git_revision(ns.before)
-    return {"dir": str(ns.before), "revision": revision, "ratios": pairs,
-            "median_ratio": statistics.median(pairs)}  # fmt: skip
+    return {
+        "dir": str(ns.before),
+        "revision": revision,
+        "ratios": pairs,
+        "median_ratio": statistics.median(pairs),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,9 +117,16 @@ def gemm_peak(threads: int) -> dict[str, float]:
 
 
 def daemon_fps(
-    python: Path, models: Path, threads: int, work: Path, frames: int, warmup: int,
-    fps: float, workers: int, size: int,
-) -> dict[str, Any]:  # fmt: skip
+    python: Path,
+    models: Path,
+    threads: int,
+    work: Path,
+    frames: int,
+    warmup: int,
+    fps: float,
+    workers: int,
+    size: int,
+) -> dict[str, Any]:
     """`da3-edge run` (default config: fp16, the stages ``auto`` picks, the outputs at the
     core's size) on replayed 1200x1600 JPEGs delivered at ``fps``; sustained frames/s over
     the frames written after ``warmup``, from the store's own frame.json timestamps. With
@@ -133,9 +140,15 @@ def daemon_fps(
     config = counting_config(work / "daemon.toml", warmup + frames, workers=workers, size=size)
     try:
         records = replay_daemon(
-            replay, store, models, config=config, fps=fps, frames=warmup + frames,
-            python=str(python), threads=max(1, threads // workers),
-        )  # fmt: skip
+            replay,
+            store,
+            models,
+            config=config,
+            fps=fps,
+            frames=warmup + frames,
+            python=str(python),
+            threads=max(1, threads // workers),
+        )
     finally:
         shutil.rmtree(store.parent, ignore_errors=True)
     return {
@@ -161,18 +174,23 @@ def daemon_rounds(
         for workers in ns.daemon_workers:
             run = work / f"daemon{r}-{workers}"
             run.mkdir()
-            d = daemon_round(
-                ns.runtime_python, ns.models, ns.threads, run, ns.daemon_frames,
-                ns.daemon_fps, workers, ns.size, core_s,
-            )  # fmt: skip
+            setup = (ns.runtime_python, ns.models, ns.threads, run)
+            d = daemon_round(*setup, ns.daemon_frames, ns.daemon_fps, workers, ns.size, core_s)
             rounds[workers].append(d)
     return {workers: median_round(runs) for workers, runs in rounds.items()}
 
 
 def daemon_round(
-    python: Path, models: Path, threads: int, work: Path, frames: int, fps: float,
-    workers: int, size: int, core_s: float,
-) -> dict[str, Any]:  # fmt: skip
+    python: Path,
+    models: Path,
+    threads: int,
+    work: Path,
+    frames: int,
+    fps: float,
+    workers: int,
+    size: int,
+    core_s: float,
+) -> dict[str, Any]:
     """One round of the daemon target: ``daemon_fps`` (3 frames of warm-up) against
     ``core_s``, the fp16 core's latency timed just before it; ``ratio_to_core_rate`` is
     frames/s x ``core_s``. A daemon that ran another precision than its default fp16

@@ -16,8 +16,8 @@ def peer_first_depth(cli: Path, gguf: Path, image: Path, threads: int) -> dict[s
     places the weights; its graphs are built inside each inference, so ``to_depth_ms``
     (load + the first inference, which decodes and preprocesses the image) is the
     like-for-like figure to da3-edge's."""
-    argv = [str(cli), "depth", "--model", str(gguf), "--input", str(image),
-            "--threads", str(threads), "--repeat", "1"]  # fmt: skip
+    argv = [str(cli), "depth", "--model", str(gguf), "--input", str(image)]
+    argv += ["--threads", str(threads), "--repeat", "1"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     found = {}
     for word in proc.stdout.split():
@@ -60,8 +60,10 @@ def peer_agreement(peer_pfm: Path, ours_npz: Path) -> float:
 def git_revision(directory: Path) -> str | None:
     proc = subprocess.run(
         ["git", "-C", str(directory), "rev-parse", "--short", "HEAD"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return proc.stdout.strip() or None
 
 
@@ -72,9 +74,12 @@ def peer_source(cli: Path) -> str | None:
 
 
 def summary(
-    cli: Path, ggufs: dict[str, Path], firsts: dict[str, list[dict[str, float]]],
-    work: Path, image: Path,
-) -> dict[str, Any]:  # fmt: skip
+    cli: Path,
+    ggufs: dict[str, Path],
+    firsts: dict[str, list[dict[str, float]]],
+    work: Path,
+    image: Path,
+) -> dict[str, Any]:
     """The peer's part of the JSON: what ran, its load and first depth (medians), and
     the log-depth Pearson of the last round's maps against da3-edge's."""
     return {

@@ -28,7 +28,7 @@ from .schedule import (
     START_LIMIT,
     WATCHDOG_SEC,
     Fault,
-)  # fmt: skip
+)
 
 # The faults the fake camera's script plays, as its steps.
 CAMERA_STEPS = {"camera-error": "error*3", "camera-hang": "hang:{hold:g}", "camera-crash": "crash"}
@@ -139,8 +139,11 @@ status_every = 2.0
         with open(self.out / "daemon.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [*unprivileged, sys.executable, "-m", "edge", "run", "--config", str(self.config)],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.runs.append(Run(self.proc.pid, self.now()))
         self.event("start", pid=self.proc.pid)
 

@@ -24,16 +24,16 @@ def recheck(out: Path) -> dict[str, Any]:
     for r in report["runs"]:
         row = rows[r["pid"]]
         status = {"counters": row} if "captured" in row else None
-        runs.append(
-            Run(r["pid"], r["started"], r["ended"], r["how"], r["exit_code"], status,
-                r.get("orphans"))
-        )  # fmt: skip
+        life = (r["pid"], r["started"], r["ended"], r["how"], r["exit_code"])
+        runs.append(Run(*life, status, r.get("orphans")))
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     soak = SimpleNamespace(
-        seconds=setup["minutes"] * 60, samples=samples, runs=runs,
+        seconds=setup["minutes"] * 60,
+        samples=samples,
+        runs=runs,
         faults=[Fault(**f) for f in setup["faults"]],
         consumer=report["rules"]["consumer"]["measured"],
-    )  # fmt: skip
+    )
     return {**check(soak), "setup": setup}
 
 
@@ -62,14 +62,16 @@ def plot(soak: Soak, path: Path) -> None:
     from PIL import Image, ImageDraw, ImageFont
 
     s = soak.samples
+    rss = [(r["t"], r["rss_kib"] / 1024) for r in s]
+    fds, threads = [(r["t"], r["fds"]) for r in s], [(r["t"], r["threads"]) for r in s]
+    store_mib = [(r["t"], r["store_bytes"] / 2**20) for r in s]
+    store_frames = [(r["t"], r["store_frames"]) for r in s]
     panels = [
-        ("summed RSS, MiB (daemon + core worker)", [[(r["t"], r["rss_kib"] / 1024) for r in s]]),
-        ("open fds (blue), threads (orange)",
-         [[(r["t"], r["fds"]) for r in s], [(r["t"], r["threads"]) for r in s]]),
-        ("store: MiB (blue), frames (orange)",
-         [[(r["t"], r["store_bytes"] / 2**20) for r in s], [(r["t"], r["store_frames"]) for r in s]]),
+        ("summed RSS, MiB (daemon + core worker)", [rss]),
+        ("open fds (blue), threads (orange)", [fds, threads]),
+        ("store: MiB (blue), frames (orange)", [store_mib, store_frames]),
         ("frames written per second", [rates(s)]),
-    ]  # fmt: skip
+    ]
     colours = ("#1f77b4", "#ff7f0e")
     width, height, left, top, gap = 1200, 900, 70, 30, 24
     ph = (height - top - len(panels) * gap) // len(panels)
@@ -77,8 +79,9 @@ def plot(soak: Soak, path: Path) -> None:
     draw = ImageDraw.Draw(img)
     font = ImageFont.load_default()
     span = max(soak.seconds, 1.0)
-    draw.text((left, 6), f"da3-edge soak: {soak.seconds / 60:g} min, {soak.size[0]}x{soak.size[1]} at "
-              f"{soak.fps:g} frames/s, {soak.precision}; faults marked (grey)", fill="black", font=font)  # fmt: skip
+    heading = f"da3-edge soak: {soak.seconds / 60:g} min, {soak.size[0]}x{soak.size[1]} at "
+    heading += f"{soak.fps:g} frames/s, {soak.precision}; faults marked (grey)"
+    draw.text((left, 6), heading, fill="black", font=font)
     for i, (title, series) in enumerate(panels):
         y0 = top + i * (ph + gap) + gap
         y1 = y0 + ph
@@ -106,6 +109,6 @@ def plot(soak: Soak, path: Path) -> None:
             if len(line) > 1:
                 draw.line([(x(t), y(v)) for t, v in line], fill=colour, width=2)
     for t in range(0, int(span) + 1, max(60, int(span) // 12 // 60 * 60)):
-        draw.text((left + (width - left - 20) * t / span - 8, height - 14), f"{t // 60} min",
-                  fill="black", font=font)  # fmt: skip
+        at = (left + (width - left - 20) * t / span - 8, height - 14)
+        draw.text(at, f"{t // 60} min", fill="black", font=font)
     img.save(path)

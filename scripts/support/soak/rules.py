@@ -16,7 +16,7 @@ from .schedule import (
     SETTLE,
     Fault,
     windows,
-)  # fmt: skip
+)
 
 RSS_FLAT_MIB = 5.0
 Sample = dict[str, Any]
@@ -157,9 +157,10 @@ def frames_after_every_fault(samples: list[Sample], faults: list[Fault]) -> Rule
             later = [s for s in after[1:] if s["pid"] == after[0]["pid"]]
         else:
             later = [
-                s for s in after[1:]
+                s
+                for s in after[1:]
                 if s["pid"] == after[0]["pid"] and s["t"] >= fault.end + 2 * SETTLE
-            ]  # fmt: skip
+            ]
         grew = later[-1]["written"] - after[0]["written"] if later else 0
         recovered[f"{fault.kind}@{fault.at:.0f}s"] = grew
     return {

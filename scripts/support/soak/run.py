@@ -47,9 +47,16 @@ class Soak:
         self.stop = threading.Event()
         self.random_init = any(a.random_init for a in Manifest.load(self.models).cores())
         self.daemon = Daemon(
-            self.out, self.store, self.models, self.precision, self.fps, self.size,
-            self.threads, now=self.now, event=self.event,
-        )  # fmt: skip
+            self.out,
+            self.store,
+            self.models,
+            self.precision,
+            self.fps,
+            self.size,
+            self.threads,
+            now=self.now,
+            event=self.event,
+        )
 
     @property
     def runs(self) -> list[Run]:

@@ -116,9 +116,13 @@ def none(width: int, height: int, small: Size | None) -> None:
 
 
 PARTS: dict[str, Callable[[int, int, Size | None], None]] = {
-    "open": opens, "controls": controls, "small": small_stream, "cpu": cpu,
-    "index1": index1, "none": none,
-}  # fmt: skip
+    "open": opens,
+    "controls": controls,
+    "small": small_stream,
+    "cpu": cpu,
+    "index1": index1,
+    "none": none,
+}
 
 
 def main(argv: list[str]) -> int:
