@@ -255,6 +255,17 @@ class DaemonConfig:
         5.0, "Seconds between STATUS updates (and log lines with the same numbers).",
         above=0, high=3600, unit="seconds",
     )  # fmt: skip
+    thermal_target: float = setting(
+        75.0,
+        "The SoC temperature the daemon keeps under, in degrees Celsius: above it the "
+        "core's runs are spaced out, smoothly, until the temperature holds there; below "
+        "it frames come at the camera's pace (a Pi 5's firmware lowers its clock from "
+        "80). Read from $DA3_EDGE_THERMAL_PATH, else the CPU's thermal zone.",
+        low=40,
+        high=100,
+        zero="off",
+        unit="degrees Celsius",
+    )
 
 
 @dataclass(frozen=True)

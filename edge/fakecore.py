@@ -7,6 +7,9 @@ channel mean plus 10 at every pixel, so a test that paints frame N with value N 
 tell from a written frame which capture it came from; confidence is 1 + the 0-based
 count of images this core was given.
 
+With ``burn`` the wait is spent spinning on the CPU, as a core computing would: for
+what reads the daemon's CPU use (the thermal controller's simulated SoC).
+
 A scripted failure (``fail``: 0-based image numbers of this core) makes ``collect``
 raise ``EdgeError`` for that image, as a dying worker would; ``non_finite`` images get
 a NaN and an infinity in their depth and a NaN in their confidence. ``fake_models`` writes a
@@ -44,6 +47,7 @@ class FakeCore(Halves):
         log: list[tuple[str, int, int, float]] | None = None,
         index: int = 0,
         non_finite: Iterable[int] = (),
+        burn: bool = False,
     ) -> None:
         if spec.shape is None:
             raise ValueError("a FakeCore needs the spec's shape (it has no model to read)")
@@ -57,6 +61,7 @@ class FakeCore(Halves):
         self.delays = (delay,) if isinstance(delay, (int, float)) else tuple(delay)
         self.fail = set(fail)
         self.non_finite = set(non_finite)  # images whose maps get a NaN and an inf
+        self.burn = burn  # spin, not sleep, until an image is due
         self.given = 0  # images submitted so far
         self.index = index  # in its opener's order
         # (event, core index, image number, monotonic time), event "submit" /
@@ -72,6 +77,7 @@ class FakeCore(Halves):
         delay: float | Sequence[float] = 0.0,
         fail: Iterable[int] = (),
         non_finite: Iterable[int] = (),
+        burn: bool = False,
     ) -> tuple[Callable[[CoreSpec], FakeCore], list[FakeCore]]:
         """A ``Pipeline`` ``open_core`` making FakeCores with this script, and the list
         of those it made (in opening order)."""
@@ -83,7 +89,13 @@ class FakeCore(Halves):
         def open_core(spec: CoreSpec) -> FakeCore:
             with lock:
                 core = cls(
-                    spec, delay=delay, fail=failing, log=log, index=len(made), non_finite=bad
+                    spec,
+                    delay=delay,
+                    fail=failing,
+                    log=log,
+                    index=len(made),
+                    non_finite=bad,
+                    burn=burn,
                 )
                 made.append(core)
             return core
@@ -105,7 +117,10 @@ class FakeCore(Halves):
             raise EdgeError("nothing was submitted to this Core")
         (n, due, mean), self._due = self._due, None
         wait = due - time.monotonic()
-        if wait > 0:
+        if self.burn:
+            while time.monotonic() < due:
+                pass
+        elif wait > 0:
             time.sleep(wait)
         self.last_ms = self.delay(n) * 1000
         if n in self.fail:

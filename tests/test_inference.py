@@ -8,6 +8,7 @@ daemon's integration tests (test_daemon.py) run the same code on the real model.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -424,3 +425,33 @@ def test_a_record_with_nan_is_read_as_null(tmp_path: Path) -> None:
         "s": {"scale": None},
         "t": [None, 2.0],
     }
+
+
+def test_a_duty_spaces_the_core_runs_and_never_holds_a_result(models: Path) -> None:
+    """The thermal controller's duty: at 0.25 each 0.1 s core run starts 0.4 s after
+    the one before (a quarter of the time computing), and a frame's result leaves when
+    its core is done, not when the next frame is due; at 1 again, back to the core's
+    pace."""
+    pipeline, cores = fake_pipeline(models, delay=0.1)
+    with running(pipeline) as r:
+        r.inference.mailbox = r.mailbox = AlwaysFull()
+        r.take(4)  # the core's pace is known
+        r.inference.duty = 0.25
+        r.take(2)  # the frame in flight when the duty changed, and the first spaced
+        spaced = r.take(4, timeout=30)
+        r.inference.duty = 1.0
+        r.take(2)
+        again = r.take(4)
+    submits = {n: t for event, _, n, t in cores[0].log if event == "submit"}
+    starts = [submits[int(item.frame.seq) - 1] for item in spaced]  # AlwaysFull counts from 1
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    print("gaps between spaced core runs, s:", [round(g, 3) for g in gaps])
+    assert min(gaps) >= 0.39 and sorted(gaps)[len(gaps) // 2] < 0.55
+    # Each result was collected once its core run was done (plus a loaded machine's
+    # slack), not held in the core until the next frame was due 0.4 s on.
+    collects = {n: t for event, _, n, t in cores[0].log if event == "collect"}
+    held = [collects[n] - submits[n] for n in (int(item.frame.seq) - 1 for item in spaced)]
+    print("submit to collect of the spaced frames, s:", [round(h, 3) for h in held])
+    assert max(held) < 0.3, held
+    back = [submits[int(item.frame.seq) - 1] for item in again]
+    assert max(b - a for a, b in itertools.pairwise(back)) < 0.3

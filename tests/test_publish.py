@@ -134,7 +134,7 @@ def check_discovery(payload: dict[str, Any], *, preview: bool) -> None:
         assert comp.get("device_class") in DEVICE_CLASSES.get(platform, {None}), comp
         for text in (comp["name"], comp.get("unit_of_measurement", "")):
             assert "metre" not in text and text not in ("m", "cm", "mm"), comp  # never a distance
-    assert {"fps", "latency", "last_frame", "temperature", "throttled"} <= set(cmps)
+    assert {"fps", "latency", "last_frame", "temperature", "thermal_pace", "throttled"} <= set(cmps)
     assert ("preview" in cmps) is preview
 
 
@@ -154,6 +154,7 @@ def check_retained(port: int) -> None:
         assert availability.retain and availability.payload == b"offline"  # stopped cleanly
         stats = json.loads(late.on("/stats")[-1].payload)
         assert stats["written"] >= 8 and stats["publisher"]["dropped"] == 0
+        assert stats["thermal_pace_pct"] == 100  # not spaced for heat
     finally:
         late.close()
     login = ["-p", str(port), "-u", "ha", "-P", "ha-pass"]

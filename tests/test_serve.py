@@ -250,6 +250,9 @@ def test_metrics_parse_and_pass_promtool(fake_models: Path, tmp_path: Path) -> N
     info = [k for k in samples if k[0] == "da3edge_build_info"]
     assert info and dict(info[0][1])["random_init"] == "true"
     assert abs(samples[("da3edge_last_frame_timestamp_seconds", ())] - time.time()) < 60
+    # Not spaced for heat (no sensor here, or one under the default 75 °C target).
+    assert samples[("da3edge_thermal_duty", ())] == 1.0
+    assert samples[("da3edge_thermal_interval_seconds", ())] == 0.0
     promtool = require_tool("promtool", ".ci/run installs it: requirements/apt.txt")
     check = subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True

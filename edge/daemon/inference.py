@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from edge import thermal
 from edge.camera import Frame
 from edge.daemon.capture import Mailbox
 from edge.depth import DepthFrame
@@ -32,6 +33,7 @@ from edge.pipeline import Job, Pipeline
 log = logging.getLogger("edge.daemon")
 STAGES = ("preprocess", "core", "postprocess")
 IDLE_CORE_S = 60.0  # a core unused this long is closed (Pipeline.close_idle)
+SPACED_WAIT_S = 1.0  # the longest wait for the thermal spacing before a heartbeat
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,12 @@ class Inference:
 
     Owns, written by its thread only: ``pipeline`` (the one in use), ``pending`` (the
     frames in flight, oldest first), ``counters`` and the recent stage times. Set by the
-    main thread, read between frames: ``at_core`` (store.size). The main thread hands a
-    reloaded pipeline over with ``offer`` (a locked slot); this thread adopts it between
-    frames, after finishing what the old one is computing. ``close`` is for after the
-    thread has ended.
+    main thread, read between frames: ``at_core`` (store.size) and ``duty`` (the thermal
+    controller's: core runs spaced so that frames come at that share of their unspaced
+    rate). The
+    main thread hands a reloaded pipeline over with ``offer`` (a locked slot); this
+    thread adopts it between frames, after finishing what the old one is computing.
+    ``close`` is for after the thread has ended.
     """
 
     def __init__(
@@ -133,6 +137,9 @@ class Inference:
         self._last_log = 0.0
         self.idle_core_s = IDLE_CORE_S
         self._next_sweep = 0.0
+        self.duty = 1.0  # the thermal controller's (set by the main thread): 1, no spacing
+        self._last_submit = 0.0
+        self._period = Recent()  # from one core run's start to the next's, unspaced
 
     # -- the main thread's side ------------------------------------------------------
     def offer(self, pipeline: Pipeline) -> None:
@@ -187,9 +194,23 @@ class Inference:
                      self.idle_core_s)  # fmt: skip
 
     def _next_frame(self) -> tuple[Frame | None, int]:
-        """Wait for a frame as the policy says; it and the worker it is for."""
+        """Wait for a frame as the policy says; it and the worker it is for. None (and
+        the oldest frame's worker) when the thermal spacing says not yet: a frame in
+        the core is finished meanwhile, and the thread beats at least every second."""
         busy = {item.worker for item in self.pending}
         idle = [w for w in range(self.pipeline.workers) if w not in busy]
+        # The earliest time to take the next frame, for its core run to start no sooner
+        # than the spacing after the last one's (the past when there is no spacing).
+        due = self._last_submit + self.spacing() - self._prep_s.high()
+        now = time.monotonic()
+        if due > now:
+            if not self.pending:
+                self.stop.wait(min(due - now, SPACED_WAIT_S))
+                return None, idle[0]
+            oldest = self.pending[0]
+            if idle or due > oldest.done_at:  # spaced beyond the core: finish it first
+                self.stop.wait(min(max(0.0, oldest.done_at - now), SPACED_WAIT_S))
+                return None, oldest.worker
         if not self.pending:
             frame = self.mailbox.take(0.25)
         else:
@@ -216,12 +237,26 @@ class Inference:
         finally:
             self._prep_s.add(time.monotonic() - t0)
 
+    def spacing(self) -> float:
+        """The thermal controller's least time between two core runs' starts (0: none):
+        the daemon's own recent period over the duty, so that the frame rate, and the
+        CPU's work with it, is that share of what it was unspaced (before any period is
+        known, the core's time shared among the workers)."""
+        if self.duty >= 1.0:
+            return 0.0
+        period = self._period.middle() or self._core_s.low() / max(1, self.pipeline.workers)
+        return thermal.interval(self.duty, period)
+
     def _submit(self, job: Job, frame: Frame, worker: int) -> None:
         try:
             self.pipeline.submit(job)
         except EdgeError as exc:
             self._failed("core", frame, exc)
             return
+        now = time.monotonic()
+        if self.duty >= 1.0 and self._last_submit:  # the pace, unspaced
+            self._period.add(now - self._last_submit)
+        self._last_submit = now
         self.pending.append(InFlight(job, frame, worker, time.monotonic() + self._core_s.low()))
 
     def _collect(self, item: InFlight, pipeline: Pipeline | None = None) -> bool:
@@ -272,7 +307,7 @@ class Inference:
         old.close()
         self.pipeline = new
         # Another size or precision runs at another pace: the old times would wake early.
-        self._core_s, self._prep_s = Recent(), Recent()
+        self._core_s, self._prep_s, self._period = Recent(), Recent(), Recent()
 
 
 class Recent:
@@ -289,3 +324,8 @@ class Recent:
 
     def high(self) -> float:
         return max(self._samples, default=0.0)
+
+    def middle(self) -> float:
+        """The median (the upper one of an even count), 0 before any."""
+        ordered = sorted(self._samples)
+        return ordered[len(ordered) // 2] if ordered else 0.0

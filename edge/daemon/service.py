@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from edge import config as config_mod
+from edge import thermal
 from edge.daemon import reload, status
 from edge.daemon.capture import Capture, Mailbox
 from edge.daemon.inference import Inference, Results
@@ -105,6 +106,7 @@ class Daemon:
         self._stuck_reported: set[str] = set()
         self._next_ping = self._next_status = 0.0  # the main loop's (_tick)
         self._written_states: tuple[object, ...] = ()
+        self.cooling = thermal.Cooling(thermal.sensor_path())
 
     def _beater(self, name: str) -> Callable[[], None]:
         def beat() -> None:
@@ -119,7 +121,10 @@ class Daemon:
         )
 
     def _states(self) -> tuple[object, ...]:
-        return (self.state, self.capture.state, self.writer.state)
+        return (self.state, self.capture.state, self.writer.state, self.cooling.spaced)
+
+    def thermal_record(self) -> dict[str, Any]:
+        return self.cooling.record(self.config.daemon.thermal_target, self.inference.spacing())
 
     def write_status(self) -> None:
         self.status_file.write(self.store.root, status.document(self))
@@ -216,6 +221,9 @@ class Daemon:
                     name, self.config.daemon.stuck_after,
                 )  # fmt: skip
                 self._stuck_reported.add(name)
+        duty = self.cooling.step(now, self.config.daemon.thermal_target)
+        if duty is not None:
+            self.inference.duty = duty
         interval = self.notifier.watchdog_interval
         if interval is not None and not stuck and now >= self._next_ping:
             self.notifier.watchdog()

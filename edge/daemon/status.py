@@ -131,11 +131,14 @@ class Reporting(Protocol):
 
     def counters(self) -> dict[str, Any]: ...
 
+    def thermal_record(self) -> dict[str, Any]: ...
+
 
 def text(d: Reporting) -> str:
     """The one line sd_notify's STATUS and the log say of the daemon."""
     c, window = d.counters(), d.writer.window.summary()
     lat = window["latency_ms"]["p50"] or 0.0
+    spacing = d.inference.spacing()
     return (
         f"fps {window['fps']:.2f}, latency p50 {lat:.0f} ms, captured {c['captured']}, "
         f"written {c['written']}, dropped {c['dropped_stale'] + c['dropped_write']}, "
@@ -143,6 +146,7 @@ def text(d: Reporting) -> str:
         f"frozen {c['frozen']}, reopens {c['reopens']}, "
         f"errors camera {c['camera_errors']} / write {c['failed_write']}, "
         f"camera {said(d.capture.state)}, store {said(d.writer.state)}"
+        + (f", spaced for heat: a core run every {spacing:.2f} s" if spacing else "")
     )
 
 
@@ -184,6 +188,7 @@ def document(d: Reporting) -> dict[str, Any]:
         "counters": d.counters(),
         "window": d.writer.window.summary(),
         "reload": d.last_reload,
+        "thermal": d.thermal_record(),
     }
 
 

@@ -113,6 +113,7 @@ def stats_payload(
         "camera": (status.get("camera") or {}).get("state"),
         "store": (status.get("store") or {}).get("state"),
         "temperature_c": system.get("temperature_c"),
+        "thermal_pace_pct": _percent((status.get("thermal") or {}).get("duty")),
         "throttled": _now_throttled(throttled),
         "last_frame": _iso(written) if isinstance(written, (int, float)) else None,
         "last_frame_age_s": round(time.time() - written, 1)
@@ -121,6 +122,13 @@ def stats_payload(
         "random_init": bool((status.get("model") or {}).get("random_init")),
         "publisher": publisher,
     }
+
+
+def _percent(share: Any) -> int | None:
+    """A share (0..1) as a whole percentage; None when it is not a number."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)):
+        return None
+    return round(share * 100)
 
 
 def _now_throttled(flags: Any) -> str | None:
@@ -147,6 +155,8 @@ SENSORS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
      {"device_class": "temperature", "unit_of_measurement": "°C", **MEASURED, **DIAGNOSTIC}),
     ("written", "Frames written", "{{ value_json.written }}",
      {"state_class": "total_increasing", **DIAGNOSTIC}),
+    ("thermal_pace", "Pace kept for heat", "{{ value_json.thermal_pace_pct }}",
+     {"unit_of_measurement": "%", **MEASURED, **DIAGNOSTIC}),
 )  # fmt: skip
 
 

@@ -92,20 +92,7 @@ class _FromStatus(Collector):
         store_bytes, free = _store_bytes(self.hub)
         yield _gauge("store_bytes", "Bytes of the frames in the store", store_bytes)
         yield _gauge("store_free_bytes", "Free bytes where the store is", free)
-        system = status.get("system") or {}
-        yield _gauge(
-            "cpu_temperature_celsius", "SoC temperature (absent off a Pi)",
-            system.get("temperature_c"),
-        )  # fmt: skip
-        throttled = system.get("throttled")
-        if isinstance(throttled, dict):
-            flags = GaugeMetricFamily(
-                P + "throttled", "The Pi firmware's throttling flags (1 = set)", labels=["flag"]
-            )
-            for flag, on in throttled.items():
-                if isinstance(on, bool):
-                    flags.add_metric([flag], float(on))
-            yield flags
+        yield from _heat(status)
         model = status.get("model") or {}
         info = InfoMetricFamily(P + "build", "Version, model and how it runs")
         info.add_metric([], {
@@ -116,6 +103,27 @@ class _FromStatus(Collector):
             "random_init": str(bool(model.get("random_init"))).lower(),
         })  # fmt: skip
         yield info
+
+
+def _heat(status: dict[str, Any]) -> Iterator[Any]:
+    """The SoC's temperature, the daemon's thermal control and the firmware's flags."""
+    system = status.get("system") or {}
+    celsius = system.get("temperature_c")
+    yield _gauge("cpu_temperature_celsius", "SoC temperature (absent off a Pi)", celsius)
+    heat = status.get("thermal") or {}
+    duty = "Share of its unspaced frame rate the daemon runs at (1: not spaced for heat)"
+    yield _gauge("thermal_duty", duty, heat.get("duty"))
+    spacing = "Least time between two core runs the thermal control imposes (0: none)"
+    yield _gauge("thermal_interval_seconds", spacing, heat.get("interval_s"))
+    throttled = system.get("throttled")
+    if isinstance(throttled, dict):
+        flags = GaugeMetricFamily(
+            P + "throttled", "The Pi firmware's throttling flags (1 = set)", labels=["flag"]
+        )
+        for flag, on in throttled.items():
+            if isinstance(on, bool):
+                flags.add_metric([flag], float(on))
+        yield flags
 
 
 def _gauge(name: str, doc: str, value: Any) -> GaugeMetricFamily:

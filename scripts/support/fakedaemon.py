@@ -33,6 +33,7 @@ def models(directory: Path) -> Path:
 
 
 LOAD_DELAY = [0.0]  # seconds the first load takes (--load-delay): a Pi's minutes, shorter
+BURN = [False]  # --burn: the cores spin on the CPU while they "compute", as real ones do
 
 
 def open_pipeline(model: config_mod.ModelConfig) -> Pipeline:
@@ -40,7 +41,7 @@ def open_pipeline(model: config_mod.ModelConfig) -> Pipeline:
         print(f"fakedaemon: loading for {LOAD_DELAY[0]:g} s", file=sys.stderr, flush=True)
         time.sleep(LOAD_DELAY[0])
         LOAD_DELAY[0] = 0.0
-    open_core, _ = FakeCore.opener(delay=DELAY)
+    open_core, _ = FakeCore.opener(delay=DELAY, burn=BURN[0])
     spec = PipelineSpec(
         Path(model.dir),
         precision=model.precision,
@@ -57,8 +58,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--config", type=Path, required=True)
     p.add_argument("--max-frames", type=int, default=0)
     p.add_argument("--load-delay", type=float, default=0.0)
+    p.add_argument("--burn", action="store_true")
     ns = p.parse_args(argv)
-    LOAD_DELAY[0] = ns.load_delay
+    LOAD_DELAY[0], BURN[0] = ns.load_delay, ns.burn
     setup_logging()
     config = config_mod.load(ns.config)
     return Daemon(config, max_frames=ns.max_frames, open_pipeline=open_pipeline).run()
