@@ -53,16 +53,21 @@ def test_below_its_target_the_controller_leaves_the_pace_alone() -> None:
 
 def status_of(store: Path) -> dict[str, Any]:
     try:
-        return json.loads((store / "status.json").read_text())
+        doc: dict[str, Any] = json.loads((store / "status.json").read_text())
     except (OSError, ValueError):
         return {}
+    return doc
+
+
+def written(store: Path) -> int:
+    return int(status_of(store).get("counters", {}).get("written", 0))
 
 
 def rate(store: Path, seconds: float) -> float:
     """Frames written a second, counted from status.json over ``seconds``."""
-    first = status_of(store).get("counters", {}).get("written", 0)
+    first = written(store)
     time.sleep(seconds)
-    return (status_of(store).get("counters", {}).get("written", 0) - first) / seconds
+    return (written(store) - first) / seconds
 
 
 def heated_daemon(
@@ -70,9 +75,12 @@ def heated_daemon(
 ) -> tuple[DaemonProcess, Path]:
     store = tmp_path / "store"
     cfg = write_config(
-        tmp_path / "c.toml", source, store, fake_models,
+        tmp_path / "c.toml",
+        source,
+        store,
+        fake_models,
         daemon={"thermal_target": target, "status_every": 0.5},
-    )  # fmt: skip
+    )
     env = {thermal.THERMAL_PATH: str(tmp_path / "temp")}
     args = ["--config", str(cfg), *flags]
     return DaemonProcess(tmp_path, args, command=FAKE_CORES, env=env), store
@@ -88,8 +96,7 @@ def test_above_its_target_the_daemon_halves_its_rate_within_20_s(
     sensor.write_text("50000\n")
     daemon, store = heated_daemon(tmp_path, fake_models, 60.0)
     with daemon as d:
-        d.wait_for(lambda: status_of(store).get("counters", {}).get("written", 0) > 10,
-                   what="frames written")  # fmt: skip
+        d.wait_for(lambda: written(store) > 10, what="frames written")
         cool = rate(store, 3.0)
         assert status_of(store)["thermal"]["duty"] == 1.0
         sensor.write_text("70000\n")
@@ -120,8 +127,7 @@ def test_under_a_simulated_pi_5_the_daemon_holds_the_target(
     daemon, store = heated_daemon(tmp_path, fake_models, 55.0, "fake:fps:60", "--burn")
     stop = threading.Event()
     with daemon as d:
-        d.wait_for(lambda: status_of(store).get("counters", {}).get("written", 0) > 10,
-                   what="frames written")  # fmt: skip
+        d.wait_for(lambda: written(store) > 10, what="frames written")
         t0, cpu0 = time.monotonic(), thermal.tree_cpu_seconds(d.proc.pid)
         time.sleep(6.0)
         full = (thermal.tree_cpu_seconds(d.proc.pid) - cpu0) / (time.monotonic() - t0)
@@ -141,7 +147,9 @@ def test_under_a_simulated_pi_5_the_daemon_holds_the_target(
         assert d.stop() == 0
     reached = next(i for i, t in enumerate(samples) if t >= 55.0)
     held = samples[-60:]  # the last 30 s
-    print(f"full pace {full:.2f} CPU s/s; 55 °C at {reached / 2:.1f} s, at most "
-          f"{max(samples):.1f} °C, the last 30 s {min(held):.1f}-{max(held):.1f}: {last}")  # fmt: skip
+    print(
+        f"full pace {full:.2f} CPU s/s; 55 °C at {reached / 2:.1f} s, at most "
+        f"{max(samples):.1f} °C, the last 30 s {min(held):.1f}-{max(held):.1f}: {last}"
+    )
     assert reached < len(samples) - 60  # it got there before the last 30 s
     assert all(abs(t - 55.0) <= 2.0 for t in held) and max(held) - min(held) < 2.0
