@@ -9,6 +9,7 @@ found, the line.
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import math
 import os
@@ -46,17 +47,19 @@ def setting(
     high: float | None = None,
     zero: str = "",
     unit: str = "",
+    metavar: str = "",
 ) -> Any:
     """A config key, declared once: its default, what it means (``doc``: the shipped
     file's comment and the reference's line; "" when the comment of the key above
     covers it), the flag that overrides it, and what values it takes: one of
     ``choices`` ("" too when ``empty`` says what "" means), or a number from ``low``
     (or more than ``above``) to ``high`` in ``unit``, 0 also allowed when ``zero`` says
-    what 0 means. ``validate`` checks all of these; rules between keys it checks by hand."""
-    meta = {
-        "doc": doc, "flag": flag, "choices": choices, "empty": empty, "low": low,
-        "above": above, "high": high, "zero": zero, "unit": unit,
-    }  # fmt: skip
+    what 0 means. ``validate`` checks all of these; rules between keys it checks by hand.
+    A ``flag`` (with ``metavar``, its value's name in --help) is all a command needs:
+    ``add_flags`` makes the argument, ``flagged`` reads it back as an ``Overrides``."""
+    meta: dict[str, Any] = {"doc": doc, "flag": flag, "choices": choices, "empty": empty}
+    meta["metavar"] = metavar
+    meta |= {"low": low, "above": above, "high": high, "zero": zero, "unit": unit}
     return field(default=default, metadata=meta)
 
 
@@ -68,30 +71,39 @@ class CameraConfig:
         'connector is picamera2:1), "opencv[:INDEX]" (USB/UVC), "replay:PATH[@FPS][:once]" '
         '(a directory of images or a video), "fake[:SCRIPT]".',
         flag="--source",
+        metavar="SPEC",
     )
     width: int = setting(
         1280,
-        "Capture size for picamera2 and opencv; replay and fake ignore it (fake uses it as "
-        "is).",
-        low=16, high=16384, unit="pixels",
-    )  # fmt: skip
+        "Capture size for picamera2 and opencv; replay and fake ignore it (fake uses it as is).",
+        low=16,
+        high=16384,
+        unit="pixels",
+    )
     height: int = setting(720, low=16, high=16384, unit="pixels")
     timeout: float = setting(
-        2.0, "Seconds to wait for one frame before calling it a timeout.",
-        above=0, high=600, unit="seconds",
-    )  # fmt: skip
+        2.0,
+        "Seconds to wait for one frame before calling it a timeout.",
+        above=0,
+        high=600,
+        unit="seconds",
+    )
     stall_after: float = setting(
         10.0,
         "Seconds without a *new* frame (reads succeed but repeat the same one) before the "
         "camera counts as stalled and is reopened.",
-        above=0, high=3600, unit="seconds",
-    )  # fmt: skip
+        above=0,
+        high=3600,
+        unit="seconds",
+    )
     backoff_min: float = setting(
         0.5,
         "Reconnect backoff after a camera error: starts at backoff_min seconds, doubles on "
         "each failure, never exceeds backoff_max.",
-        above=0, high=3600, unit="seconds",
-    )  # fmt: skip
+        above=0,
+        high=3600,
+        unit="seconds",
+    )
     backoff_max: float = setting(30.0, above=0, high=3600, unit="seconds")
     hflip: bool = setting(
         False,
@@ -104,8 +116,9 @@ class CameraConfig:
         "",
         'Focus (a Camera Module 3): "continuous", "auto" (once, at start), "manual" (at '
         'lens_position), "off" (fixed at infinity); "" leaves it to the camera.',
-        choices=AF_MODES, empty="the camera's own",
-    )  # fmt: skip
+        choices=AF_MODES,
+        empty="the camera's own",
+    )
     lens_position: float = setting(
         -1.0,
         'With af = "manual": the lens position in dioptres, 1 / metres to the subject (0 is '
@@ -115,8 +128,11 @@ class CameraConfig:
         0.0,
         "A cap on the sensor's frame rate (frames a second; 0: the camera's own): a sensor "
         "running faster than inference only makes frames that are dropped.",
-        low=0.1, high=240, zero="the camera's own", unit="frames a second",
-    )  # fmt: skip
+        low=0.1,
+        high=240,
+        zero="the camera's own",
+        unit="frames a second",
+    )
 
     hfov: float = setting(
         0.0,
@@ -124,9 +140,11 @@ class CameraConfig:
         "/latest.ply), recorded in each frame's JSON; 0: the camera module's published one "
         "(Raspberry Pi Camera Module 1, 2, 3 and 3 Wide, through the sensor crop in use). "
         "An HQ or Global Shutter camera's depends on its lens: give it here.",
-        low=HFOV_RANGE[0], high=HFOV_RANGE[1], zero="the camera module's published one",
+        low=HFOV_RANGE[0],
+        high=HFOV_RANGE[1],
+        zero="the camera module's published one",
         unit="degrees",
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -143,34 +161,44 @@ class DepthConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     dir: str = setting(
-        "", "Model directory; empty: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models.",
+        "",
+        "Model directory; empty: $DA3_EDGE_MODELS, else ~/.local/share/da3-edge/models.",
         flag="--models",
-    )  # fmt: skip
+        metavar="DIR",
+    )
     precision: str = setting(
-        "fp16", 'Core precision: "fp16", "fp32" or "int8".', flag="--precision",
+        "fp16",
+        'Core precision: "fp16", "fp32" or "int8".',
+        flag="--precision",
         choices=PRECISIONS,
-    )  # fmt: skip
+    )
     size: int = setting(
         0,
         "The cores' long side, a multiple of 14: the models made at that size "
         "(`da3-edge models build --size N`). 504 is DA3's own; smaller is faster "
         "(docs/performance.md). 0 = 504 when exported, else the only size in the model "
         "directory.",
-        flag="--size", zero="504 when exported, else the only size",
-    )  # fmt: skip
+        flag="--size",
+        zero="504 when exported, else the only size",
+    )
     stages: str = setting(
         "auto",
         'Pre/post-processing backend: "auto" (ExecuTorch where da3-edge\'s runner and the '
         "model's programs are installed, else numpy; the log says which and why), "
         '"numpy" or "executorch".',
-        flag="--stages", choices=STAGES,
-    )  # fmt: skip
+        flag="--stages",
+        choices=STAGES,
+    )
     threads: int = setting(
         0,
         "CPU threads for the core, per worker; 0 = all cores (at most 4), shared among the "
         "workers.",
-        flag="--threads", low=0, high=256, zero="auto", unit="threads",
-    )  # fmt: skip
+        flag="--threads",
+        low=0,
+        high=256,
+        zero="auto",
+        unit="threads",
+    )
     weight_cache: str = setting(
         "auto",
         "XNNPACK's packed-weight cache: \"auto\" (under the service's CacheDirectory, "
@@ -186,8 +214,9 @@ class ModelConfig:
         "of the model each. Measured on a 2-core x86_64 in three runs: 2 workers x 1 thread "
         "0.82-0.90 x the core's rate at ~550 ms latency, 1 x 2 threads 0.82-0.86 x at "
         "~330 ms.",
-        low=1, high=8,
-    )  # fmt: skip
+        low=1,
+        high=8,
+    )
 
 
 @dataclass(frozen=True)
@@ -197,15 +226,18 @@ class StoreConfig:
         "Frame store directory; empty: $DA3_EDGE_STORE, else $RUNTIME_DIRECTORY (systemd's "
         "RuntimeDirectory, RAM-backed), else /run/da3-edge, else $XDG_RUNTIME_DIR/da3-edge.",
         flag="--store",
-    )  # fmt: skip
+        metavar="DIR",
+    )
     keep_frames: int = setting(
         100,
         "The ring: newest frames kept, by count and by total bytes (whichever bites first). "
         "The bytes are bounded by half the filesystem's size too: /run is a tmpfs sized "
         "from RAM (100-200 MB on a 1 GB Pi 5), and its pages count against the unit's "
         "MemoryMax. A 378x504 frame with the default formats is ~2 MB.",
-        low=1, high=100_000, unit="frames",
-    )  # fmt: skip
+        low=1,
+        high=100_000,
+        unit="frames",
+    )
     max_bytes: int = setting(64 << 20, low=1_000_000, high=1 << 36, unit="bytes: 64 GiB")
     formats: tuple[str, ...] = setting(
         DEFAULT_FORMATS,
@@ -213,22 +245,25 @@ class StoreConfig:
         "always written: it is the frame's record) and \"rgb\" (the camera's picture as "
         "JPEG, at the outputs' size: serve's scene views, publish's scene image).",
         choices=FORMATS,
-    )  # fmt: skip
+    )
     size: str = setting(
         "core",
-        '''The size of every output: "core", the network's own resolution (378x504 for a '''
-        '''4:3 camera at model.size 504; DA3 computes nothing finer), or "camera", '''
+        """The size of every output: "core", the network's own resolution (378x504 for a """
+        """4:3 camera at model.size 504; DA3 computes nothing finer), or "camera", """
         "upsampled to the camera's picture (1200x1600: ~10x the pixels to resize and "
         "write, no more detail). frame.json gives both (output_size, source_size).",
         choices=STORE_SIZES,
-    )  # fmt: skip
+    )
     preview_max_side: int = setting(
         640,
         "The preview's longest side in pixels (box-averaged down; 0 = the outputs' full "
         "size). Depth PNG and npz are always at store.size. A small preview halves the "
         "writer's work.",
-        low=0, high=16384, zero="full size", unit="pixels",
-    )  # fmt: skip
+        low=0,
+        high=16384,
+        zero="full size",
+        unit="pixels",
+    )
     persist_dir: str = setting(
         "",
         "Optional copies to persistent storage (an SD card: keep it rare). Empty = off. "
@@ -237,8 +272,10 @@ class StoreConfig:
     persist_every: float = setting(
         60.0,
         "At most one persisted frame every persist_every seconds, newest persist_keep kept.",
-        above=0, high=604_800, unit="seconds: a week",
-    )  # fmt: skip
+        above=0,
+        high=604_800,
+        unit="seconds: a week",
+    )
     persist_keep: int = setting(100, low=1, high=100_000, unit="frames")
 
 
@@ -249,12 +286,16 @@ class DaemonConfig:
         "A thread that makes no progress for this many seconds is stuck: the daemon stops "
         "pinging systemd's watchdog (so systemd restarts it). Waiting for a camera in "
         "backoff is progress.",
-        high=3600, unit="seconds",
-    )  # fmt: skip
+        high=3600,
+        unit="seconds",
+    )
     status_every: float = setting(
-        5.0, "Seconds between STATUS updates (and log lines with the same numbers).",
-        above=0, high=3600, unit="seconds",
-    )  # fmt: skip
+        5.0,
+        "Seconds between STATUS updates (and log lines with the same numbers).",
+        above=0,
+        high=3600,
+        unit="seconds",
+    )
     thermal_target: float = setting(
         75.0,
         "The SoC temperature the daemon keeps under, in degrees Celsius: above it the "
@@ -275,11 +316,16 @@ class ServeConfig:
         "The address to listen on. Loopback by default; any other needs credentials "
         "(token_file or basic_auth_file).",
         flag="--host",
+        metavar="ADDR",
     )
     port: int = setting(
-        8000, "The port to listen on; 0: any free one.", flag="--port", low=0, high=65535,
+        8000,
+        "The port to listen on; 0: any free one.",
+        flag="--port",
+        low=0,
+        high=65535,
         zero="any free port",
-    )  # fmt: skip
+    )
     token_file: str = setting(
         "",
         "Credentials, each a file readable only by its owner, the user serve runs as (one "
@@ -289,13 +335,18 @@ class ServeConfig:
     )
     basic_auth_file: str = setting("")
     max_age: float = setting(
-        10.0, "/healthz answers 503 once the newest frame is older than this many seconds.",
-        above=0, high=86_400, unit="seconds",
-    )  # fmt: skip
+        10.0,
+        "/healthz answers 503 once the newest frame is older than this many seconds.",
+        above=0,
+        high=86_400,
+        unit="seconds",
+    )
     clients: int = setting(
-        8, "Clients of /events and /stream.mjpg at once; more are refused with 503.",
-        low=1, high=256,
-    )  # fmt: skip
+        8,
+        "Clients of /events and /stream.mjpg at once; more are refused with 503.",
+        low=1,
+        high=256,
+    )
     hosts: tuple[str, ...] = setting(
         (),
         "On a loopback address, only requests that name this machine (localhost, "
@@ -310,7 +361,7 @@ class ServeConfig:
         "headers; seconds a client may leave the send buffer full before it is dropped; "
         "/latest.npz, .png and .preview.png downloads at once (more: 503).",
         high=4096,
-    )  # fmt: skip
+    )
     header_timeout: float = setting(10.0, above=0, high=600, unit="seconds")
     send_timeout: float = setting(10.0, above=0, high=600, unit="seconds")
     downloads: int = setting(8, low=1, high=256)
@@ -348,10 +399,12 @@ class MqttConfig:
     )
     state_max_rate: float = setting(
         2.0,
-        "At most this many `state` messages a second (one per written frame); 0 = every "
-        "frame.",
-        low=0, high=1000, zero="every frame", unit="per second",
-    )  # fmt: skip
+        "At most this many `state` messages a second (one per written frame); 0 = every frame.",
+        low=0,
+        high=1000,
+        zero="every frame",
+        unit="per second",
+    )
     preview: str = setting(
         "off",
         'Publish each frame as an image too, at most preview_max_rate a second (<= 1): "off", '
@@ -359,14 +412,15 @@ class MqttConfig:
         'needs "rgb" in store.formats) or "both". (true and false, from before, mean '
         '"depth" and "off".)',
         choices=PREVIEWS,
-    )  # fmt: skip
+    )
     preview_max_rate: float = setting(1.0, above=0, high=1, unit="per second")
     queue_limit: int = setting(
         100,
         "Messages held while the broker is away or slow; beyond this the oldest is dropped "
         "(and counted in `stats`).",
-        low=1, high=100_000,
-    )  # fmt: skip
+        low=1,
+        high=100_000,
+    )
 
     @property
     def tls_on(self) -> bool:
@@ -609,10 +663,11 @@ def _validate_daemon(config: Config, fail: Fail) -> None:
         fail("camera", "lens_position", "must be in dioptres (1 / metres): 0 (infinity) to 32")
     if cam.fps and cam.timeout < 2 / cam.fps:  # picamera2 waits `timeout` for each frame
         fail(
-            "camera", "fps",
+            "camera",
+            "fps",
             f"{cam.fps:g} gives a frame every {1 / cam.fps:g} s: camera.timeout "
             f"({cam.timeout:g} s) must be at least two frame intervals ({2 / cam.fps:g} s)",
-        )  # fmt: skip
+        )
     if model.size:
         try:
             check_size(model.size)
@@ -631,10 +686,11 @@ def _validate_serve(serve: ServeConfig, fail: Fail) -> None:
         fail("serve", "connections", "must be more than serve.clients and at most 4096")
     if not is_loopback(serve.host) and not (serve.token_file or serve.basic_auth_file):
         fail(
-            "serve", "host",
+            "serve",
+            "host",
             f"is {serve.host}, beyond this machine: it needs serve.basic_auth_file or "
             "serve.token_file (a file only serve's user can read), or use 127.0.0.1",
-        )  # fmt: skip
+        )
     bad = [h for h in serve.hosts if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", h)]
     if bad:
         fail("serve", "hosts", f"has names that are not host names: {bad}")
@@ -698,33 +754,69 @@ def read_text(path: str | os.PathLike[str]) -> str:
         ) from None
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """``da3-edge run``'s flags that override the file (None: not given). Kept by the
-    daemon, so a reloaded file is overridden alike."""
-
-    source: str | None = None
-    store: str | None = None
-    models: str | None = None
-    precision: str | None = None
-    size: int | None = None
-    stages: str | None = None
-    threads: int | None = None
+Overrides = Mapping[str, Any]
+"""Flags that override the file: ``section.key`` -> value (``flagged``). Kept by the
+daemon, so that a reloaded file is overridden alike."""
 
 
-def with_overrides(config: Config, overrides: Overrides) -> Config:
+def flag_keys(parts: Collection[str]) -> list[tuple[str, Any]]:
+    """Each ``section.key`` of ``parts`` declared with a flag, and its declaration."""
+    return [
+        (f"{section}.{f.name}", f)
+        for section in parts
+        for f in fields(SECTIONS[section])
+        if f.metadata.get("flag")
+    ]
+
+
+def add_flags(parser: argparse.ArgumentParser, parts: Collection[str]) -> None:
+    """The flags of ``parts``' keys, each as its declaration says: its type, choices and
+    bounds (a value out of them is argparse's one-line error), and its --help."""
+    for key, f in flag_keys(parts):
+        meta = f.metadata
+        parser.add_argument(
+            meta["flag"],
+            type=_flag_value(key, type(f.default), meta),
+            choices=meta["choices"] or None,
+            metavar=None if meta["choices"] else meta["metavar"] or "N",
+            help=flag_help(key),
+        )
+
+
+def flagged(ns: argparse.Namespace, parts: Collection[str]) -> Overrides:
+    """The flags of ``parts`` that were given, by key."""
+    given = {key: getattr(ns, _dest(f.metadata["flag"])) for key, f in flag_keys(parts)}
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def _dest(flag: str) -> str:
+    """argparse's attribute for ``flag`` ("--weight-cache" -> "weight_cache")."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def _flag_value(key: str, kind: type, meta: Mapping[str, Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        why = "" if meta["choices"] else refusal(value, meta)
+        if why:
+            raise argparse.ArgumentTypeError(f"{why} (config {key})")
+        return value
+
+    return parse
+
+
+def with_overrides(
+    config: Config, overrides: Overrides, parts: Collection[str] = DAEMON_PARTS
+) -> Config:
     """``overrides`` over ``config``, validated (ConfigError)."""
-    o = overrides
-    camera, model, store = config.camera, config.model, config.store
-    if o.source is not None:
-        camera = replace(camera, source=o.source)
-    if o.models is not None:
-        model = replace(model, dir=o.models)
-    for key in ("precision", "size", "stages", "threads"):
-        if getattr(o, key) is not None:
-            model = replace(model, **{key: getattr(o, key)})
-    if o.store is not None:
-        store = replace(store, dir=o.store)
-    out = replace(config, camera=camera, model=model, store=store)
-    validate(out)
+    changed: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        changed.setdefault(section, {})[name] = value
+    sections = {name: replace(getattr(config, name), **keys) for name, keys in changed.items()}
+    out = replace(config, **sections)
+    validate(out, parts=parts)
     return out

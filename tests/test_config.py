@@ -87,8 +87,8 @@ def test_bad_values_name_the_key_and_line(text: str, message: str) -> None:
 
 def test_flags_override_the_file() -> None:
     base = config.parse("[model]\nprecision = 'fp32'\n[camera]\nsource = 'fake'\n", "c.toml")
-    flags = config.Overrides(source="replay:/x@2", precision="int8", store="/tmp/s", size=280)
-    out = config.with_overrides(base, flags)
+    flags = {"camera.source": "replay:/x@2", "model.precision": "int8", "store.dir": "/tmp/s"}
+    out = config.with_overrides(base, {**flags, "model.size": 280})
     assert (
         out.camera.source == "replay:/x@2"
         and out.model.precision == "int8"
@@ -97,7 +97,7 @@ def test_flags_override_the_file() -> None:
     )
     assert out.model.threads == 0  # not given: the file's (default) value stays
     with pytest.raises(ConfigError, match=r"camera\.source"):
-        config.with_overrides(base, config.Overrides(source="nope"))
+        config.with_overrides(base, {"camera.source": "nope"})
 
 
 def _number_keys(kind: type) -> list[tuple[str, str]]:
@@ -252,3 +252,47 @@ def test_each_flag_a_key_declares_is_its_commands_and_names_the_key() -> None:
             assert action.help.startswith(f.metadata["doc"].split(". ")[0].rstrip("."))
             flagged += 1
     assert flagged == 9
+
+
+def test_a_flag_backed_key_is_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key declared with a flag is all it takes: the parser gets the flag (its type,
+    bounds and --help from the declaration), and the given value overrides the file."""
+    import argparse
+
+    @dataclasses.dataclass(frozen=True)
+    class WithNap(config.DaemonConfig):
+        nap: float = config.setting(
+            1.0,
+            "Seconds to nap between frames. Longer.",
+            flag="--nap",
+            low=0,
+            high=9,
+            unit="seconds",
+            metavar="S",
+        )
+
+    monkeypatch.setitem(config.SECTIONS, "daemon", WithNap)
+    parser = argparse.ArgumentParser(prog="x", exit_on_error=False)
+    config.add_flags(parser, ("daemon",))
+    help = " ".join(parser.format_help().split())
+    assert "--nap S Seconds to nap between frames (config daemon.nap)" in help
+    base = dataclasses.replace(config.Config(), daemon=WithNap())
+    given = config.flagged(parser.parse_args(["--nap", "2.5"]), ("daemon",))
+    assert given == {"daemon.nap": 2.5}
+    assert config.with_overrides(base, given, parts=("daemon",)).daemon.nap == 2.5  # type: ignore[attr-defined]
+    assert config.flagged(parser.parse_args([]), ("daemon",)) == {}
+    with pytest.raises(argparse.ArgumentError, match=r"must be 0 to 9 .*config daemon\.nap"):
+        parser.parse_args(["--nap", "10"])
+
+
+def test_the_commands_take_their_flags_from_the_declarations() -> None:
+    """`run` and `serve` add no flag of a config key by hand: each key's flag is in
+    their --help with the key named."""
+    from edge.commands import run, serve
+
+    for command, parts in ((run, config.DAEMON_PARTS), (serve, ("serve",))):
+        text = " ".join(command.parser().format_help().split())
+        for key, f in config.flag_keys(parts):
+            assert f.metadata["flag"] in text and f"(config {key})" in text
+        source = Path(str(command.__file__)).read_text()
+        assert not [f for _, f in config.flag_keys(parts) if f'"{f.metadata["flag"]}"' in source]

@@ -209,8 +209,8 @@ def test_a_bad_port_is_one_line(port: str, tmp_path: Path) -> None:
     from scripts.support.tools import run_main
 
     proc = run_main(["serve", "--port", port, "--store", str(tmp_path)])
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-    assert "serve.port must be 0 (any free port) to 65535" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith("da3-edge serve: ")
+    assert "must be 0 (any free port) to 65535 (config serve.port)" in proc.stderr
 
 
 def test_metrics_parse_and_pass_promtool(fake_models: Path, tmp_path: Path) -> None:

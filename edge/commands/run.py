@@ -12,7 +12,6 @@ import sys
 from collections.abc import Sequence
 
 from edge import config as config_mod
-from edge.commands import options
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,22 +29,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TOML config (default: built-in defaults; see --print-default-config)",
     )
-    p.add_argument(
-        "--source",
-        metavar="SPEC",
-        help=config_mod.flag_help("camera.source"),
-    )
-    p.add_argument("--store", metavar="DIR", help=config_mod.flag_help("store.dir"))
-    options.add_models(p, config_key="model.dir")
-    options.add_precision(p, config_key="model.precision")
-    options.add_size(p, config_key="model.size")
-    options.add_stages(p, config_key="model.stages")
-    p.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help=config_mod.flag_help("model.threads"),
-    )
+    config_mod.add_flags(p, config_mod.DAEMON_PARTS)
     p.add_argument(
         "--check-config", action="store_true", help="validate the config (and flags) and exit"
     )
@@ -69,10 +53,7 @@ def main(args: Sequence[str] | None = None) -> int:
     if ns.print_default_config:
         sys.stdout.write(config_mod.default_text())
         return 0
-    flags = config_mod.Overrides(
-        source=ns.source, store=ns.store, models=ns.models, precision=ns.precision,
-        size=ns.size, stages=ns.stages, threads=ns.threads,
-    )  # fmt: skip
+    flags = config_mod.flagged(ns, config_mod.DAEMON_PARTS)
     config = config_mod.with_overrides(config_mod.load(ns.config), flags)
     if ns.check_config:
         print(f"{ns.config or 'defaults'}: ok")

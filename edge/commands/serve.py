@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import replace
 
 from edge import config as config_mod
 from edge.commands import options
@@ -26,21 +25,15 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     options.add_store_and_config(p, sections="[serve]")
-    p.add_argument("--host", metavar="ADDR", help=config_mod.flag_help("serve.host"))
-    p.add_argument("--port", type=int, metavar="N", help=config_mod.flag_help("serve.port"))
+    config_mod.add_flags(p, ("serve",))
     return p
 
 
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     config = config_mod.load(ns.config, parts=("store", "serve"))
-    serve = config.serve
-    if ns.host is not None:
-        serve = replace(serve, host=ns.host)
-    if ns.port is not None:
-        serve = replace(serve, port=ns.port)
-    config = replace(config, serve=serve)
-    config_mod.validate(config, parts=("serve",))
+    flags = config_mod.flagged(ns, ("serve",))
+    config = config_mod.with_overrides(config, flags, parts=("serve",))
     from edge.log import setup_logging
     from edge.serve import run
     from edge.store.trust import store_to_read

@@ -65,7 +65,7 @@ class Daemon:
         open_pipeline: Callable[[config_mod.ModelConfig], Pipeline] = load_pipeline,
     ) -> None:
         self.config = config
-        self.overrides = overrides or config_mod.Overrides()
+        self.overrides = overrides or {}
         self.notifier = notifier or Notifier.from_env()
         self.open_pipeline = open_pipeline
         self.state = "starting"
@@ -87,20 +87,24 @@ class Daemon:
             _hold(signal.SIGHUP, self._hup_before)
             raise
         self.streams = camera_streams(config, pipeline)
+        mailbox, results, stop = self.mailbox, self.results, self.stop_event
         self.capture = Capture(
-            config.camera, self.mailbox, self.stop_event, self._beater("capture"),
-            streams=self.streams,
-        )  # fmt: skip
+            config.camera, mailbox, stop, self._beater("capture"), streams=self.streams
+        )
+        at_core = config.store.size == "core"
         self.inference = Inference(
-            pipeline, self.mailbox, self.results, self.stop_event, self._beater("infer"),
-            at_core=config.store.size == "core",
-        )  # fmt: skip
+            pipeline, mailbox, results, stop, self._beater("infer"), at_core=at_core
+        )
         self.writer = Writer(
-            self.store, config.camera.source, self.results, self.stop_event,
-            self._beater("write"), max_frames=max_frames,
+            self.store,
+            config.camera.source,
+            results,
+            stop,
+            self._beater("write"),
+            max_frames=max_frames,
             dropped_stale=lambda: self.capture.counters.dropped_stale,
             steady=config.depth.steady,
-        )  # fmt: skip
+        )
         self.status_file = status.StatusFile()
         self._threads: list[threading.Thread] = []
         self._stuck_reported: set[str] = set()
@@ -218,8 +222,9 @@ class Daemon:
             if name not in self._stuck_reported:
                 log.error(
                     "thread %s made no progress for %.0f s: no more watchdog pings",
-                    name, self.config.daemon.stuck_after,
-                )  # fmt: skip
+                    name,
+                    self.config.daemon.stuck_after,
+                )
                 self._stuck_reported.add(name)
         duty = self.cooling.step(now, self.config.daemon.thermal_target)
         if duty is not None:
