@@ -118,10 +118,10 @@ def run_pipeline(
     except EdgeError as exc:
         return RunResult(size, precision, stages, threads, 0.0, error=str(exc))
     load_ms = (time.perf_counter() - t0) * 1000
+    samples: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     result = RunResult(
-        pipe.size, precision, pipe.stages.name, threads, load_ms,
-        {s: [] for s in (*STAGES, "total")}, shape=shape,
-    )  # fmt: skip
+        pipe.size, precision, pipe.stages.name, threads, load_ms, samples, shape=shape
+    )
     out = Path(tempfile.mkdtemp(prefix="da3-edge-bench-"))
     try:
         with pipe:
@@ -182,8 +182,12 @@ def cold_still(
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _SPAWN, *argv],
-            cwd=cwd, capture_output=True, text=True, check=False, env=child_env,
-        )  # fmt: skip
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            env=child_env,
+        )
         spans = _trace_spans(marks.read_text()) if marks else {}
     finally:
         if marks:

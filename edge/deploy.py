@@ -192,10 +192,14 @@ def _python_allows(spec: str, have: tuple[int, ...]) -> bool:
         want = tuple(int(p) for p in text.split("."))
         mine = have[: len(want)] if star or op == "~=" else have + (0,) * (len(want) - len(have))
         ok = {
-            "==": mine == want, "!=": mine != want, "<=": mine <= want, ">=": mine >= want,
-            "<": mine < want, ">": mine > want,
+            "==": mine == want,
+            "!=": mine != want,
+            "<=": mine <= want,
+            ">=": mine >= want,
+            "<": mine < want,
+            ">": mine > want,
             "~=": have >= want and have[: len(want) - 1] == want[:-1],
-        }[op]  # fmt: skip
+        }[op]
         if not ok:
             return False
     return True

@@ -281,13 +281,18 @@ def render(
     cloud = b""
     if "ply" in formats:
         cloud, made = point_cloud(
-            frame.depth, frame.conf, frame.rgb, frame.field_of_view(), frame.source_size,
+            frame.depth,
+            frame.conf,
+            frame.rgb,
+            frame.field_of_view(),
+            frame.source_size,
             random_init=frame.random_init,
-        )  # fmt: skip
+        )
         extra["point_cloud"] = {
-            "points": made.count, "step": made.step,
+            "points": made.count,
+            "step": made.step,
             "conf_threshold": round(made.conf_threshold, 6),
-        }  # fmt: skip
+        }
     inv = shown = None  # the inverse depth of the PNG, and of the preview
     if "png" in formats or ("preview" in formats and steady is None):
         inv = shown = inverse_normalised(frame.depth, frame.depth_range())

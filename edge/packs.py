@@ -195,10 +195,12 @@ def unpack(archive: Path, out: Path, label: str) -> None:
                 parts = tuple(p for p in name.parts if p != ".")
                 folder = parts[0] if len(parts) == 2 or member.isdir() else ""
                 if (
-                    len(parts) not in (1, 2) or name.is_absolute() or ".." in parts
+                    len(parts) not in (1, 2)
+                    or name.is_absolute()
+                    or ".." in parts
                     or where not in (None, folder)
                     or not (member.isfile() or (member.isdir() and len(parts) == 1))
-                ):  # fmt: skip
+                ):
                     raise PackError(
                         f"{label}: {member.name!r} is not a file of one model folder: a pack "
                         "holds one folder's files only; nothing installed"

@@ -52,9 +52,14 @@ def matches(password: bytes, stored: bytes) -> bool:
         if scheme != SCHEME or not 1 < int(n) <= 1 << 20 or not 0 < int(r) * int(p) <= 64:
             return False
         got = hashlib.scrypt(
-            password, salt=_unb64(salt), n=int(n), r=int(r), p=int(p), dklen=len(want),
+            password,
+            salt=_unb64(salt),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(want),
             maxmem=256 << 20,
-        )  # fmt: skip
+        )
     except (ValueError, UnicodeDecodeError):
         return False
     return hmac.compare_digest(got, want)

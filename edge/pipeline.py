@@ -355,10 +355,8 @@ class Pipeline(Closing):
         rgb = still.rgb if keep_rgb else None
         still = dataclasses.replace(still, rgb=np.broadcast_to(_PIXEL, still.rgb.shape))
         trace.mark("preprocessed")
-        return Job(
-            still, wanted, used, core, artifact, x,
-            {"decode": decode_ms, "preprocess": (t2 - t1) * 1000}, rgb=rgb, size=size,
-        )  # fmt: skip
+        timings = {"decode": decode_ms, "preprocess": (t2 - t1) * 1000}
+        return Job(still, wanted, used, core, artifact, x, timings, rgb=rgb, size=size)
 
     def submit(self, job: Job) -> None:
         """Hand the preprocessed image to its core (returns at once for a ProcessCore)."""

@@ -121,8 +121,10 @@ def _room(directory: Path, model: Path) -> bool:
     if free < need:
         log.warning(
             "weight cache not built: %s has %d MiB free, %d MiB needed",
-            directory, free // 2**20, need // 2**20,
-        )  # fmt: skip
+            directory,
+            free // 2**20,
+            need // 2**20,
+        )
         return False
     return True
 
@@ -137,8 +139,8 @@ def build(
     if not _room(directory, model):
         return None
     tmp = directory / f".{final.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    args = [sys.executable, "-m", "edge.weightcache", str(model), str(tmp),
-            "" if flags is None else str(flags), str(threads)]  # fmt: skip
+    flags_arg = "" if flags is None else str(flags)
+    args = [sys.executable, "-m", "edge.weightcache", str(model), str(tmp), flags_arg, str(threads)]
     t0 = time.perf_counter()
     try:
         # Not traced: the child's marks would interleave with this process's own.
@@ -152,8 +154,10 @@ def build(
             tail = " | ".join((errors or said)[-2:]).strip()
             log.warning(
                 "weight cache not built for %s (the builder exited %d: %s)",
-                model.name, proc.returncode, tail or "no message",
-            )  # fmt: skip
+                model.name,
+                proc.returncode,
+                tail or "no message",
+            )
             return None
         os.chmod(tmp, 0o600)
         digest = sha256_file(tmp)

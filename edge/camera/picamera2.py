@@ -99,8 +99,12 @@ class Picamera2Source(SourceBase):
             lores = {"size": small, "format": "YUV420"}
         # sYCC (JPEG's full-range BT.601) for any YUV stream, rather than picamera2's
         # video default (Rec709, limited range); what libcamera chose is read back.
-        common = {"transform": transform, "controls": controls, "buffer_count": 4,
-                  "colour_space": ColorSpace.Sycc()}  # fmt: skip
+        common = {
+            "transform": transform,
+            "controls": controls,
+            "buffer_count": 4,
+            "colour_space": ColorSpace.Sycc(),
+        }
         try:
             cam.configure(cam.create_video_configuration(main=main, lores=lores, **common))
         except Exception as exc:

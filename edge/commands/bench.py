@@ -109,11 +109,15 @@ def main(args: Sequence[str] | None = None) -> int:
     random_init = any(a.random_init for a in manifest.cores())
 
     runs: list[bench.RunResult] = []
-    configs = [(z, p, st, t) for z in sizes for p in precisions for st in stage_names
-               for t in threads]  # fmt: skip
+    configs = [
+        (z, p, st, t) for z in sizes for p in precisions for st in stage_names for t in threads
+    ]
     for n, (size, precision, stages, t) in enumerate(configs, 1):
-        print(f"[{n}/{len(configs)}] size {size} {precision} {stages} threads={t}...",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[{n}/{len(configs)}] size {size} {precision} {stages} threads={t}...",
+            file=sys.stderr,
+            flush=True,
+        )
         runs.append(
             bench.run_pipeline(
                 models, image, precision, stages, t, ns.iterations, ns.warmup, size=size
@@ -178,11 +182,13 @@ def _cold(
         src.write_bytes(image)
         for size in sizes:
             for precision in precisions:
-                print(f"cold start: snap --size {size} --precision {precision}...",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                argv = [sys.executable, "-m", "edge", "snap", str(src), "-o", tmp,
-                        "--models", str(models), "--precision", precision,
-                        "--size", str(size)]  # fmt: skip
+                print(
+                    f"cold start: snap --size {size} --precision {precision}...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                flags = ["--models", str(models), "--precision", precision, "--size", str(size)]
+                argv = [sys.executable, "-m", "edge", "snap", str(src), "-o", tmp, *flags]
                 fresh = str(Path(tmp) / f"cache-{size}-{precision}")
                 cold.setdefault(str(size), {})[precision] = {
                     mode: bench.cold_still([*argv, "--weight-cache", cache], trace=True)

@@ -266,9 +266,13 @@ def main(args: Sequence[str] | None = None) -> int:
             extra[card.MODELS_URL] = tmp / card.MODELS_URL
             extra[card.MODELS_URL].write_text(url)
         todo = card.plan(
-            boot, models=models, wheel=wheel, config=config,
-            extra=extra, bundle_models=url is None,
-        )  # fmt: skip
+            boot,
+            models=models,
+            wheel=wheel,
+            config=config,
+            extra=extra,
+            bundle_models=url is None,
+        )
         if not todo.changes:
             print(f"{boot}: ready already, nothing changed")
         else:

@@ -282,10 +282,11 @@ def check_readers_store(store: Path, st: os.stat_result) -> Check:
     if os.access(store, os.R_OK | os.X_OK):
         return Check("store", OK, f"{store}: {owner}'s daemon writes it; readable here")
     return Check(
-        "store", FAIL,
+        "store",
+        FAIL,
         f"{store}: {owner}'s daemon writes it, and you cannot read it: join its group "
         f"(sudo usermod -aG {group} $USER), then log in again",
-    )  # fmt: skip
+    )
 
 
 def check_camera_controls(store: Path | None) -> list[Check]:

@@ -212,9 +212,15 @@ def main(args: Sequence[str] | None = None) -> int:
     taken: set[str] = set()
     say_progress = total > 1
     spec = PipelineSpec(
-        ns.models, precision=ns.precision, stages=ns.stages, size=ns.size, threads=ns.threads,
-        strict_shape=ns.strict_shape, max_pixels=ns.max_pixels, weight_cache=ns.weight_cache,
-    )  # fmt: skip
+        ns.models,
+        precision=ns.precision,
+        stages=ns.stages,
+        size=ns.size,
+        threads=ns.threads,
+        strict_shape=ns.strict_shape,
+        max_pixels=ns.max_pixels,
+        weight_cache=ns.weight_cache,
+    )
     with Pipeline.load(spec) as pipeline:
         trace.mark("pipeline loaded")
         if any(a.random_init for a in pipeline.manifest.cores()):

@@ -190,8 +190,9 @@ class Inference:
         keep = [item.job.core for item in self.pending]
         closed = self.pipeline.close_idle(self.idle_core_s, keep=keep)
         if closed:
-            log.info("closed the core(s) for %s: unused for %.0f s", ", ".join(closed),
-                     self.idle_core_s)  # fmt: skip
+            log.info(
+                "closed the core(s) for %s: unused for %.0f s", ", ".join(closed), self.idle_core_s
+            )
 
     def _next_frame(self) -> tuple[Frame | None, int]:
         """Wait for a frame as the policy says; it and the worker it is for. None (and
@@ -228,9 +229,12 @@ class Inference:
         t0 = time.monotonic()
         try:
             return self.pipeline.prepare(
-                frame.rgb, name=f"frame-{frame.seq}", worker=worker, keep_rgb=True,
+                frame.rgb,
+                name=f"frame-{frame.seq}",
+                worker=worker,
+                keep_rgb=True,
                 size=frame.camera_size,
-            )  # fmt: skip
+            )
         except EdgeError as exc:
             self._failed("preprocess", frame, exc)
             return None
@@ -288,8 +292,11 @@ class Inference:
         if now - self._last_log > 10 or counters.failed_total <= 3:
             log.error(
                 "inference failed on frame %d (%s; %d failed so far): %s",
-                frame.seq, stage, counters.failed_total, exc,
-            )  # fmt: skip
+                frame.seq,
+                stage,
+                counters.failed_total,
+                exc,
+            )
             self._last_log = now
 
     def _adopt(self) -> None:

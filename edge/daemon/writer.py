@@ -177,8 +177,9 @@ class Writer:
             if now - self._last_error_log > 10:
                 log.error(
                     "store: cannot write %s (%s); skipping frames until it can",
-                    store.root, exc.strerror or exc,
-                )  # fmt: skip
+                    store.root,
+                    exc.strerror or exc,
+                )
                 self._last_error_log = now
             return
         if self.state[0] != "ok":

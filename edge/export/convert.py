@@ -140,10 +140,14 @@ def export(
             name = artifact_name(shape, precision)
             check = _write_verified(out / name, data, precision, sample, reference)
             artifact = Artifact(
-                file=name, kind="core", shape=shape, precision=precision, bytes=len(data),
+                file=name,
+                kind="core",
+                shape=shape,
+                precision=precision,
+                bytes=len(data),
                 sha256=sha256_file(out / name),
                 provenance=_core_provenance(weights, versions, check),
-            )  # fmt: skip
+            )
             manifest.upsert(artifact)
             manifest.save()
             written.append(artifact)

@@ -170,8 +170,11 @@ class MonoDepth(nn.Module):
         if blk.attn.rope is None:
             rope = None
         x = x + blk.ls1(self._attention(blk.attn, _plain_norm(blk.norm1, x), rope, i))
-        h = F.linear(_plain_norm(blk.norm2, x), getattr(self, f"fold{i}_fc1_w"),
-                     getattr(self, f"fold{i}_fc1_b"))  # fmt: skip
+        h = F.linear(
+            _plain_norm(blk.norm2, x),
+            getattr(self, f"fold{i}_fc1_w"),
+            getattr(self, f"fold{i}_fc1_b"),
+        )
         return x + blk.ls2(blk.mlp.fc2(blk.mlp.act(h)))
 
     def _rope(self, kind: str) -> tuple[Tensor, ...] | None:

@@ -72,13 +72,19 @@ class Publisher:
             read_secret_file(mqtt.tls_key, "mqtt.tls_key")  # like every other secret
         if mqtt.tls_on:
             try:  # no tls_ca: the system's CA store (ssl's default context)
-                client.tls_set(ca_certs=mqtt.tls_ca or None, certfile=mqtt.tls_cert or None,
-                               keyfile=mqtt.tls_key or None)  # fmt: skip
+                client.tls_set(
+                    ca_certs=mqtt.tls_ca or None,
+                    certfile=mqtt.tls_cert or None,
+                    keyfile=mqtt.tls_key or None,
+                )
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"mqtt.tls/tls_ca/tls_cert/tls_key: {exc}") from None
         elif not is_loopback(mqtt.host):
-            log.warning("mqtt: %s is not on this machine and TLS is off: what is published "
-                        "can be read on the way (mqtt.tls = true)", mqtt.host)  # fmt: skip
+            log.warning(
+                "mqtt: %s is not on this machine and TLS is off: what is published "
+                "can be read on the way (mqtt.tls = true)",
+                mqtt.host,
+            )
         client.will_set(self.topics.availability, b"offline", qos=1, retain=True)
         client.reconnect_delay_set(*BACKOFF)
         client.on_connect = self._on_connect
@@ -112,8 +118,11 @@ class Publisher:
         if why != self._refused:
             log.error(
                 "mqtt: %s:%d %s; retrying (every %d s at most)",
-                self.mqtt.host, self.mqtt.port, why, BACKOFF[1],
-            )  # fmt: skip
+                self.mqtt.host,
+                self.mqtt.port,
+                why,
+                BACKOFF[1],
+            )
             self._refused = why
 
     def _announce(self, client: Any) -> None:
@@ -187,8 +196,13 @@ class Publisher:
         follower = Follower(self.store)
         seen = latest(self.store)
         Notifier.from_env().ready(f"publishing {self.store} to {self.mqtt.host}:{self.mqtt.port}")
-        log.info("publishing %s to %s:%d under %s/", self.store, self.mqtt.host,
-                 self.mqtt.port, self.topics.base)  # fmt: skip
+        log.info(
+            "publishing %s to %s:%d under %s/",
+            self.store,
+            self.mqtt.host,
+            self.mqtt.port,
+            self.topics.base,
+        )
         next_stats = 0.0
         try:
             while not self.stop.is_set():

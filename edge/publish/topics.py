@@ -145,6 +145,7 @@ def _iso(t: float) -> str:
 # Home Assistant's health sensors: key, name, the stats field's template, and the rest.
 MEASURED = {"state_class": "measurement"}
 DIAGNOSTIC = {"entity_category": "diagnostic"}
+# Kept unformatted: a table, a sensor to a row (its extras on the row's second line).
 SENSORS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("fps", "Frames per second", "{{ value_json.fps }}",
      {"unit_of_measurement": "frames/s", **MEASURED, "suggested_display_precision": 2}),
@@ -167,25 +168,41 @@ def discovery(topics: Topics, *, preview: str) -> dict[str, Any]:
     availability topic."""
     uid = f"da3edge_{topics.device_id}"
     cmps: dict[str, dict[str, Any]] = {
-        key: {"p": "sensor", "name": name, "unique_id": f"{uid}_{key}",
-              "value_template": template, **extra}
+        key: {
+            "p": "sensor",
+            "name": name,
+            "unique_id": f"{uid}_{key}",
+            "value_template": template,
+            **extra,
+        }
         for key, name, template, extra in SENSORS
-    }  # fmt: skip
+    }
     cmps["throttled"] = {
-        "p": "binary_sensor", "name": "Throttled", "unique_id": f"{uid}_throttled",
-        "device_class": "problem", "value_template": "{{ value_json.throttled }}",
-        "payload_on": "ON", "payload_off": "OFF", **DIAGNOSTIC,
-    }  # fmt: skip
+        "p": "binary_sensor",
+        "name": "Throttled",
+        "unique_id": f"{uid}_throttled",
+        "device_class": "problem",
+        "value_template": "{{ value_json.throttled }}",
+        "payload_on": "ON",
+        "payload_off": "OFF",
+        **DIAGNOSTIC,
+    }
     if preview in ("depth", "both"):
         cmps["preview"] = {
-            "p": "image", "name": "Relative depth preview", "unique_id": f"{uid}_preview",
-            "image_topic": topics.preview, "content_type": "image/png",
-        }  # fmt: skip
+            "p": "image",
+            "name": "Relative depth preview",
+            "unique_id": f"{uid}_preview",
+            "image_topic": topics.preview,
+            "content_type": "image/png",
+        }
     if preview in ("rgb", "both"):
         cmps["scene"] = {
-            "p": "image", "name": "Scene", "unique_id": f"{uid}_scene",
-            "image_topic": topics.scene, "content_type": "image/jpeg",
-        }  # fmt: skip
+            "p": "image",
+            "name": "Scene",
+            "unique_id": f"{uid}_scene",
+            "image_topic": topics.scene,
+            "content_type": "image/jpeg",
+        }
     return {
         "dev": {
             "ids": [uid],

@@ -60,9 +60,14 @@ def run(config: Config, store: Path) -> int:
     # the ones made to give way are closed: uvicorn's 2048 lets a burst run serve out of
     # a unit's 1024 files (EMFILE; accepting pauses). At ``connections``: at most twice that.
     config_ = uvicorn.Config(
-        guarded, http=protocol(serve), log_level="warning", access_log=False,
-        lifespan="on", timeout_graceful_shutdown=2, backlog=serve.connections,
-    )  # fmt: skip
+        guarded,
+        http=protocol(serve),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        backlog=serve.connections,
+    )
     server = uvicorn.Server(config_)
     shown = f"[{host}]" if ":" in host else host
     log.info(

@@ -44,9 +44,10 @@ class Bounded(H11Protocol):
         self._waiting_since = self.loop.time()
         if len(self.connections) >= self.serve.connections:
             waiting = [
-                c for c in self.connections
+                c
+                for c in self.connections
                 if isinstance(c, Bounded) and c._header_timer is not None
-            ]  # fmt: skip
+            ]
             if not waiting:
                 self.transport = transport  # connection_lost closes it
                 transport.abort()

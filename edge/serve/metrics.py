@@ -29,15 +29,18 @@ class Metrics:
         self.hub = hub
         self.registry = CollectorRegistry(auto_describe=False)
         self.inference = Histogram(
-            P + "inference_seconds", "Time in the core (LiteRT) per frame, as the daemon "
+            P + "inference_seconds",
+            "Time in the core (LiteRT) per frame, as the daemon "
             "recorded it; frames seen by serve since it started",
-            buckets=BUCKETS, registry=self.registry,
-        )  # fmt: skip
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
         self.latency = Histogram(
-            P + "end_to_end_latency_seconds", "Capture to written per frame; frames seen by "
-            "serve since it started",
-            buckets=BUCKETS, registry=self.registry,
-        )  # fmt: skip
+            P + "end_to_end_latency_seconds",
+            "Capture to written per frame; frames seen by serve since it started",
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
         self.registry.register(_FromStatus(hub))
         hub.observers.append(self.observe)
 
@@ -95,13 +98,14 @@ class _FromStatus(Collector):
         yield from _heat(status)
         model = status.get("model") or {}
         info = InfoMetricFamily(P + "build", "Version, model and how it runs")
-        info.add_metric([], {
+        labels = {
             "version": version(),
             "model": str(model.get("model", "")),
             "precision": str(model.get("precision", "")),
             "stages": str(model.get("stages", "")),
             "random_init": str(bool(model.get("random_init"))).lower(),
-        })  # fmt: skip
+        }
+        info.add_metric([], labels)
         yield info
 
 

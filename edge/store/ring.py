@@ -143,9 +143,12 @@ class FrameStore:
         log.info(
             "store: %s is on a filesystem of %s: the ring keeps at most %s (%d%% of it), "
             "not store.max_bytes %s",
-            self.root, _mib(fs.f_blocks * fs.f_frsize), _mib(share), FS_SHARE * 100,
+            self.root,
+            _mib(fs.f_blocks * fs.f_frsize),
+            _mib(share),
+            FS_SHARE * 100,
             _mib(self.max_bytes),
-        )  # fmt: skip
+        )
         return share
 
     def _instance_id(self, anew: bool) -> str:
@@ -180,9 +183,12 @@ class FrameStore:
         # The JSON is snap's sidecar (summary, versions, random-init warning) plus
         # the daemon's record and the store sequence.
         blobs = frames.render(
-            frame, self.formats, {**record, "store_seq": seq},
-            preview_max_side=self.preview_max_side, steady=steady,
-        )  # fmt: skip
+            frame,
+            self.formats,
+            {**record, "store_seq": seq},
+            preview_max_side=self.preview_max_side,
+            steady=steady,
+        )
         # The npz streams into its file: the recent frames' sizes are the estimate of
         # this one's (the largest: they vary with what the camera sees), with a block
         # a file and one for the folder, which the filesystem counts and st_size not.
@@ -236,8 +242,11 @@ class FrameStore:
         if cap < self.cap:
             log.warning(
                 "store: %s is full: pruned %d frame(s); the ring keeps at most %s until "
-                "the store is prepared again", self.root, pruned, _mib(cap),
-            )  # fmt: skip
+                "the store is prepared again",
+                self.root,
+                pruned,
+                _mib(cap),
+            )
             self.cap = cap
         return True
 
@@ -369,8 +378,10 @@ class Persistence:
             self.state = ("failing", f"{self.directory}: {exc.strerror or exc}")
             log.error(
                 "store: cannot persist a frame to %s (%s); next try in %.0f s",
-                self.directory, exc.strerror or exc, self._wait,
-            )  # fmt: skip
+                self.directory,
+                exc.strerror or exc,
+                self._wait,
+            )
             return None
         if self.state[0] == "failing":
             log.info("store: persisting to %s again", self.directory)
