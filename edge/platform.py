@@ -251,17 +251,15 @@ def health(root: str = "/") -> dict[str, object]:
     what this machine does not expose. Cheap: a few small reads, no processes."""
     base = os.path.join(root, "sys")
     temperature: float | None = None
-    zones = sorted(_glob(base, "class/thermal/thermal_zone*"))
-    zones.sort(key=lambda z: "cpu" not in _read(os.path.join(z, "type")))
-    for zone in zones:
-        text = _read(os.path.join(zone, "temp"))
+    for zone in thermal_zones(root):
+        text = read_line(os.path.join(zone, "temp"))
         if text.lstrip("-").isdigit():
             temperature = round(int(text) / 1000, 1)
             break
     throttled: dict[str, object] | None = None
     for path in _glob(base, "devices/platform/soc*/*firmware*/get_throttled"):
         try:
-            word = int(_read(path), 16)
+            word = int(read_line(path), 16)
         except ValueError:
             continue
         throttled = {"raw": hex(word), **{n: bool(word >> b & 1) for b, n in THROTTLE_BITS.items()}}
@@ -269,8 +267,8 @@ def health(root: str = "/") -> dict[str, object]:
     else:
         # Newer kernels deprecate get_throttled for hwmon, which has under-voltage only.
         for hwmon in _glob(base, "class/hwmon/hwmon*"):
-            if _read(os.path.join(hwmon, "name")) == "rpi_volt":
-                alarm = _read(os.path.join(hwmon, "in0_lcrit_alarm"))
+            if read_line(os.path.join(hwmon, "name")) == "rpi_volt":
+                alarm = read_line(os.path.join(hwmon, "in0_lcrit_alarm"))
                 if alarm in ("0", "1"):
                     throttled = {"under_voltage": alarm == "1"}
                 break
@@ -283,7 +281,15 @@ def _glob(base: str, pattern: str) -> list[str]:
     return sorted(glob.glob(os.path.join(base, pattern)))
 
 
-def _read(path: str) -> str:
+def thermal_zones(root: str = "/") -> list[str]:
+    """The thermal zones' folders, the CPU's first (a zone whose type names it)."""
+    zones = _glob(os.path.join(root, "sys"), "class/thermal/thermal_zone*")
+    zones.sort(key=lambda z: "cpu" not in read_line(os.path.join(z, "type")))
+    return zones
+
+
+def read_line(path: str) -> str:
+    """A small sysfs file's text, stripped; "" when it cannot be read."""
     try:
         with open(path) as fh:
             return fh.read().strip()

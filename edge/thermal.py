@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edge.platform import read_line, thermal_zones
+
 log = logging.getLogger("edge.daemon")
 THERMAL_PATH = "DA3_EDGE_THERMAL_PATH"  # the temperature file (millidegrees, as sysfs)
 RISE_C = 40.0  # a Pi 5 without a cooler: ~40 °C above idle at a whole core budget
@@ -137,28 +139,16 @@ def sensor_path() -> str | None:
     given = os.environ.get(THERMAL_PATH)
     if given:
         return given
-    import glob
-
-    zones = sorted(glob.glob("/sys/class/thermal/thermal_zone*"))
-    zones.sort(key=lambda z: "cpu" not in _read(os.path.join(z, "type")))
+    zones = thermal_zones()
     return os.path.join(zones[0], "temp") if zones else None
 
 
 def read_celsius(path: str | None) -> float | None:
     """The temperature in ``path`` (millidegrees, as sysfs writes it), or None."""
-    text = _read(path) if path else ""
     try:
-        return int(text) / 1000
+        return int(read_line(path)) / 1000 if path else None
     except ValueError:
         return None
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
 
 
 @dataclass
