@@ -269,3 +269,30 @@ def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
         np.savez(fh, depth=depth.astype(np.float64), conf=conf)
     code, _, body = answer(app_over(root), "/latest.ply")
     assert code >= 400 and b"not a float32 map" in body, body
+    # An empty map is said in one line; a record's size that is no picture's (0, or
+    # negative) is not used: the map's own shape is.
+    with open(npz, "wb") as fh:
+        np.savez(fh, depth=np.zeros((0, 0), np.float32), conf=np.zeros((0, 0), np.float32))
+    code, _, body = answer(app_over(root), "/latest.ply")
+    assert code >= 400 and b"empty" in body and body.count(b"\n") <= 1, body
+    # Deflate that claims 1.2 GB of map (a few hundred kB would hold it all): refused on
+    # its header, before a byte of the map is read.
+    import zipfile
+
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (15000, 20000), }"
+    header += " " * (117 - len(header)) + "\n"
+    with zipfile.ZipFile(npz, "w", zipfile.ZIP_DEFLATED) as bomb:
+        for name in ("depth", "conf"):
+            with bomb.open(f"{name}.npy", "w", force_zip64=True) as member:
+                member.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little"))
+                member.write(header.encode())
+                member.write(bytes(4 << 20))
+    code, _, body = answer(app_over(root), "/latest.ply")
+    assert code >= 400 and b"larger than any camera" in body, body
+    npz.write_bytes(whole)
+    record = npz.parent / "frame.json"
+    said = json.loads(record.read_text())
+    for size in ([0, 0], [-5, 7]):
+        record.write_text(json.dumps({**said, "source_size": size}))
+        code, _, body = answer(app_over(root), "/latest.ply")
+        assert code == 200 and plyfile.PlyData.read(io.BytesIO(body))["vertex"].count > 0

@@ -22,6 +22,9 @@ from edge.store.read import frame_names, read_record
 from edge.store.trust import open_in, read_in
 
 
+MAX_PIXELS = 100_000_000  # a map no camera makes (the largest Pi camera: 64 MP)
+
+
 class Refused(Exception):
     """No cloud for this frame, and why (``gone``: pruned meanwhile, worth asking again)."""
 
@@ -106,6 +109,10 @@ def _rows(
         if shape is not None and found != shape:
             raise ValueError(f"depth {shape} and conf {found}")
         h, w = found
+        if not (h and w):
+            raise ValueError(f"{name} is empty ({h}x{w})")
+        if h * w > MAX_PIXELS:  # a few kB of deflate can claim gigabytes of zeros
+            raise ValueError(f"{name} is {h}x{w}, larger than any camera's picture")
         step = step_for((h, w))
         grid = np.empty((-(-h // step), -(-w // step)), np.float32)
         block = step * w * 4
@@ -143,11 +150,15 @@ def _ply(
 ) -> bytes:
     from edge import frames
 
-    size = record.get("source_size")
-    if not (isinstance(size, list) and len(size) == 2 and all(isinstance(n, int) for n in size)):
+    size = record.get("source_size")  # a picture's (H, W), else the map's own
+    if not (isinstance(size, list) and len(size) == 2 and all(_positive(n) for n in size)):
         size = list(shape)
     flagged = record.get("random_init") is not False  # unless the record says real weights
     data, _ = frames.point_cloud(
         depth, conf, scene, fov, (size[0], size[1]), random_init=flagged, shape=shape
     )
     return data
+
+
+def _positive(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0
