@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge import deploy
+from edge import atomic, deploy
 from edge.errors import CardError, ConfigError
 
 BUNDLE = "da3-edge"
@@ -412,29 +411,12 @@ def plan(
 
 def _write_copy(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with src.open("rb") as inp:
+        atomic.write_bytes(dest, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
 def _write_text(dest: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(text.encode("utf-8"))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_bytes(dest, text.encode("utf-8"))
 
 
 def apply(p: Plan, progress: Callable[[str], None]) -> None:

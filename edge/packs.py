@@ -25,8 +25,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
+from edge import atomic
 from edge.errors import EdgeError, OutputError, PackError, printable
 from edge.models import MANIFEST, Manifest, sha256_file
 
@@ -46,11 +47,10 @@ def pack(directory: Path, out: Path) -> str:
     files = [manifest.path]
     for artifact in manifest.artifacts:
         files.append(manifest.verify(artifact, full=True))
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
+
+    def write(raw: BinaryIO) -> None:
         # gzip's header holds a time and a name: fixed, so the bytes depend on the files only
         with (
-            tmp.open("wb") as raw,
             gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
@@ -59,10 +59,9 @@ def pack(directory: Path, out: Path) -> str:
                 info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
                 with path.open("rb") as fh:
                     tar.addfile(info, fh)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    # A temporary name of its own (O_EXCL): never a link someone planted beside ``out``.
+    atomic.write_bytes(out, write)
     return sha256_file(out)
 
 

@@ -227,3 +227,21 @@ def test_a_pack_larger_than_the_disk_is_refused_before_it_is_written(
             and line.endswith("nothing installed")
         )
         assert sorted(p.name for p in disk.iterdir()) == [f".models.{sha[:16]}.tar.gz"]
+
+
+def test_pack_never_writes_through_a_link_planted_beside_its_output(
+    models: Path, packed: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Another user who can write the output's folder plants a link at the name a
+    temporary file would take: the pack is written under a name of its own and renamed,
+    and the link's target is left as it was."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root's file\n")
+    out = tmp_path / "shared" / "models.tar.gz"
+    out.parent.mkdir()
+    for name in (f".{out.name}.tmp", f"{out.name}.tmp", f".{out.name}.part"):
+        (out.parent / name).symlink_to(victim)
+    proc = run_main(["models", "pack", str(models), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_bytes() == b"root's file\n"
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == packed[1]

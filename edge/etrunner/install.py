@@ -35,9 +35,9 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from edge import etrunner
+from edge import atomic, etrunner
 from edge.errors import EdgeError
 from edge.models import cache_dir as edge_cache
 from edge.models import sha256_file
@@ -119,13 +119,10 @@ def fetch_wheel(wheel: Wheel, progress: Progress = _quiet) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     progress(f"downloading {wheel.filename} from PyPI")
     start = time.monotonic()
-    digest = hashlib.sha256()
-    fd, partial = tempfile.mkstemp(dir=cache, prefix=f".{wheel.filename}.", suffix=".partial")
-    try:
-        with (
-            os.fdopen(fd, "wb") as out,
-            urllib.request.urlopen(wheel.url + wheel.filename, timeout=60) as response,
-        ):
+
+    def download(out: BinaryIO) -> None:
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(wheel.url + wheel.filename, timeout=60) as response:
             for block in iter(lambda: response.read(1 << 20), b""):
                 digest.update(block)
                 out.write(block)
@@ -134,12 +131,11 @@ def fetch_wheel(wheel: Wheel, progress: Progress = _quiet) -> Path:
                 f"{wheel.filename}: downloaded SHA-256 {digest.hexdigest()[:16]}..., "
                 f"expected {wheel.sha256[:16]}...: refusing it"
             )
-        os.replace(partial, path)
+
+    try:  # renamed into the cache only once its SHA-256 is right
+        atomic.write_bytes(path, download)
     except OSError as exc:
         raise EdgeError(f"cannot download {wheel.filename} ({exc})") from None
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
     size = path.stat().st_size / 1e6
     progress(f"wheel: {path} ({size:.1f} MB in {time.monotonic() - start:.1f} s, SHA-256 ok)")
     return path

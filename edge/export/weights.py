@@ -18,13 +18,13 @@ spread comparable to a real model's. The result is deterministic for a seed.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from edge import atomic
 from edge.errors import WeightsError, first_line
 from edge.models import sha256_file
 from edge.release import HUB_REPO, MODEL_NAME, WEIGHTS_FILE, Release, resolve_weights_file
@@ -262,19 +262,17 @@ def save_official_layout(net: nn.Module, folder: Path, *, random_seed: int | Non
     Used to hand seeded random weights to ``--weights`` exactly like real ones. The
     config records the seed so nobody mistakes the folder for the real release.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / WEIGHTS_FILE
-    tmp = folder / f".{WEIGHTS_FILE}.tmp"
     # One metadata key at most: safetensors writes the metadata map in hash order, so
     # two keys would make the file's bytes (and SHA-256) differ between runs.
     metadata = {"format": "pt"} if random_seed is None else {"random_init_seed": str(random_seed)}
-    save_file(_dedup_state(_Release(net)), str(tmp), metadata=metadata)
-    os.replace(tmp, target)
+    atomic.write_bytes(target, save(_dedup_state(_Release(net)), metadata=metadata))
     config = {"model_name": MODEL_NAME}
     if random_seed is not None:
         config["random_init_seed"] = random_seed
-    (folder / "config.json").write_text(json.dumps(config) + "\n")
+    atomic.write_bytes(folder / "config.json", (json.dumps(config) + "\n").encode())
     return target

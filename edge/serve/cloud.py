@@ -21,7 +21,6 @@ from edge.serve.hub import Newest
 from edge.store.read import frame_names, read_record
 from edge.store.trust import open_in, read_in
 
-
 MAX_PIXELS = 100_000_000  # a map no camera makes (the largest Pi camera: 64 MP)
 
 
