@@ -129,7 +129,7 @@ def _fetch_config(url: str, target: Path) -> None:
     """config.json: small (a plain git file on the hub, no SHA-256 of its own), read
     whole, checked to be DA3-small's, written atomically."""
     try:
-        with urllib.request.urlopen(url, timeout=packs.TIMEOUT_S) as response:
+        with packs.open_url(url) as response:
             data = response.read(MAX_CONFIG + 1)
     except urllib.error.HTTPError as exc:
         raise PackError(

@@ -22,6 +22,7 @@ import shutil
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -68,6 +69,33 @@ def pack(directory: Path, out: Path) -> str:
 Progress = Callable[[int, int | None], None]  # bytes so far, total (None: unknown)
 
 
+SCHEMES = ("http", "https", "file")
+
+
+class Redirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed to http(s) only, and never from https to plain http: who
+    fetches which pack stays off the wire once https was asked for."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        old, new = urllib.parse.urlsplit(req.full_url).scheme, urllib.parse.urlsplit(newurl).scheme
+        if new not in ("http", "https") or (old == "https" and new != "https"):
+            reason = f"refused a redirect from {old}:// to {printable(newurl)}"
+            raise urllib.error.HTTPError(req.full_url, code, reason, headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def open_url(request: urllib.request.Request | str) -> Any:
+    """``urlopen`` for a pack or a release: http, https and file URLs only, redirects
+    as ``Redirects`` allows them; PackError for another scheme."""
+    url = request if isinstance(request, str) else request.full_url
+    if urllib.parse.urlsplit(url).scheme not in SCHEMES:
+        raise PackError(f"{printable(url)}: only http://, https:// and file:// URLs")
+    opener = urllib.request.build_opener(Redirects)
+    return opener.open(request, timeout=TIMEOUT_S)
+
+
 def download(
     url: str,
     want: str,
@@ -86,7 +114,7 @@ def download(
         have = 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
-        response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        response = open_url(request)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # nothing past what we have: it is whole
             response = None

@@ -902,3 +902,19 @@ def test_user_data_written_on_windows_keeps_its_line_ends(runcmd: bool) -> None:
     assert "- [bash, /boot/firmware/da3-edge/first-boot.sh]\r\n" in merged
     assert yaml.safe_load(merged)["runcmd"][-1] == ["bash", "/boot/firmware/da3-edge/first-boot.sh"]
     assert card.merge_user_data(merged, "user-data") is None
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--models", "https://owner:secret@example.org/m.tar.gz", "--sha256", "0" * 64],
+        ["--hub", "https://token@hub.example.org"],
+    ],
+)
+def test_a_url_with_a_login_never_goes_on_the_card(tmp_path: Path, flags: list[str]) -> None:
+    """The card's bundle and the Pi's first-boot log are readable: a URL that carries
+    a password or token is refused in one line, before anything is read or written."""
+    proc = run_cli(["card", str(tmp_path), *flags])
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "the URL carries a login" in proc.stderr and "secret" not in proc.stderr
+    assert not list(tmp_path.iterdir())

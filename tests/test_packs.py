@@ -245,3 +245,35 @@ def test_pack_never_writes_through_a_link_planted_beside_its_output(
     assert proc.returncode == 0, proc.stderr
     assert victim.read_bytes() == b"root's file\n"
     assert hashlib.sha256(out.read_bytes()).hexdigest() == packed[1]
+
+
+@pytest.mark.parametrize("url", ["ftp://example.org/m.tar.gz", "data:,hello", "gopher://x/"])
+def test_pull_takes_http_https_and_file_urls_only(url: str, tmp_path: Path) -> None:
+    code, _, stderr = pull(url, "0" * 64, tmp_path / "models")
+    assert code == 1 and stderr.count("\n") == 1, stderr
+    assert "only http://, https:// and file:// URLs" in stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_redirect_never_leaves_https_for_plain_http() -> None:
+    """A pack asked over https is not fetched in the clear because a server said so
+    (its SHA-256 would still be checked, but who fetches what would be on the wire);
+    http to https, and https to https elsewhere, are followed."""
+    import email.message
+    import urllib.error
+    import urllib.request
+
+    handler = packs.Redirects()
+    headers = email.message.Message()
+
+    def follow(start: str, to: str) -> str:
+        asked = urllib.request.Request(start)
+        made = handler.redirect_request(asked, None, 302, "Found", headers, to)
+        assert made is not None
+        return str(made.full_url)
+
+    assert follow("http://a/m.tar.gz", "https://b/m.tar.gz") == "https://b/m.tar.gz"
+    assert follow("https://a/m.tar.gz", "https://cdn/m.tar.gz") == "https://cdn/m.tar.gz"
+    for to in ("http://b/m.tar.gz", "ftp://b/m.tar.gz", "file:///etc/shadow"):
+        with pytest.raises(urllib.error.HTTPError, match="redirect"):
+            follow("https://a/m.tar.gz", to)

@@ -238,9 +238,24 @@ def _wheel(ns: argparse.Namespace, tmp: Path) -> Path:
     return wheel
 
 
+def _no_login_in_urls(ns: argparse.Namespace) -> None:
+    """A URL for the Pi goes on the card and into the first boot's log, both readable:
+    one that carries a login would hand it out."""
+    import urllib.parse
+
+    for flag, url in (("--models", ns.models), ("--hub", ns.hub)):
+        if url and "://" in url and "@" in urllib.parse.urlsplit(url).netloc:
+            raise CardError(
+                f"{flag}: the URL carries a login, which would be readable on the card and in "
+                "the Pi's first-boot log: serve the pack where no login is needed (its "
+                "SHA-256 is checked)"
+            )
+
+
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
     boot = Path(ns.bootfs)
+    _no_login_in_urls(ns)
     card.check_partition(boot)  # the cheap refusals before the models are loaded
     with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as name:
         tmp = Path(name)
