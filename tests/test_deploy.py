@@ -28,6 +28,7 @@ USER_DATA = ROOT / "scripts" / "pi" / "user-data.yaml"
 PLIST = ROOT / "scripts" / "macos" / "dev.da3-edge.daemon.plist"
 REQUIREMENTS = ROOT / "requirements"
 PI_DOC = ROOT / "docs" / "how-to" / "raspberry-pi.md"
+INSTALLER_DOC = ROOT / "docs" / "explanation" / "installer.md"
 MAC_DOC = ROOT / "docs" / "how-to" / "macos.md"
 
 
@@ -302,8 +303,9 @@ def test_launchd_agent_runs_a_command_line_that_checks(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- docs
 
 
-def test_raspberry_pi_doc_shows_the_real_installer_help() -> None:
-    assert installer_help().rstrip() in PI_DOC.read_text()
+def test_the_installer_page_shows_the_real_installer_help() -> None:
+    assert installer_help().rstrip() in INSTALLER_DOC.read_text()
+    assert "explanation/installer.md" in PI_DOC.read_text()
 
 
 def test_deploy_docs_are_linked() -> None:
