@@ -26,6 +26,10 @@ COMMANDS = {
         "edge.commands.publish",
         "frames and health to MQTT, with Home Assistant discovery",
     ),
+    "record": (
+        "edge.commands.record",
+        "the store's frames into MCAP for Foxglove and ROS 2 tools (depth, points)",
+    ),
     "doctor": ("edge.commands.doctor", "check this machine: CPU, LiteRT, models, cameras, store"),
     "bench": ("edge.commands.bench", "benchmark: latency per stage, load, cold start, peak RSS"),
     "install-executorch": (

@@ -1,0 +1,346 @@
+"""``da3-edge record``: the store's frames into an MCAP file on Foxglove's schemas.
+
+MCAP is the log format of ROS 2 bags and Foxglove; Foxglove's SDK (``foxglove-sdk``,
+the ``robots`` extra) writes it, its messages protobuf-encoded on Foxglove's own
+schemas, in zstd or lz4 chunks. A recording holds, for each frame, on topics under
+``/da3``:
+
+- ``/da3/depth``: ``foxglove.RawImage``, ``32FC1``, the frame's relative depth as the
+  store keeps it (larger = farther, on an arbitrary scale of its own: not metres; REP
+  118's 32FC1 is metres, so every channel's metadata says ``depth_scale: relative``);
+- ``/da3/confidence``: ``foxglove.RawImage``, ``32FC1``, DA3's confidence;
+- ``/da3/scene``: ``foxglove.CompressedImage``, the camera's picture (JPEG) when the
+  store keeps it (``"rgb"`` in ``store.formats``), else ``/da3/preview``, the depth's
+  colour preview (PNG);
+- ``/da3/calibration``: ``foxglove.CameraCalibration`` from the frame's field of view
+  (a pinhole in the depth map's pixels); ``/da3/points``: ``foxglove.PointCloud``, the
+  frame's points (x, y, z float32 and their colour), DA3's confidence cut, at most a
+  million. Without a field of view neither: the metadata says why.
+
+Each message's time is the frame's capture (``t_capture``). The file's metadata record
+``da3-edge`` says the version, the model and whether its weights were random
+(``random_init``: then nothing in it is a real model's depth). Frames are read from
+the store as any consumer reads them (``edge.store.read``), never the model.
+"""
+
+from __future__ import annotations
+
+import io
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge import frames, geometry
+from edge.errors import EdgeError, OutputError
+from edge.fov import FieldOfView
+from edge.store import layout
+from edge.store.follow import Follower
+from edge.store.read import frame_names, latest, published_since, read_record
+from edge.store.trust import read_in
+from edge.version import version
+
+FRAME_ID = "da3_camera"  # the camera's optical frame: x right, y down, z forward
+RELATIVE = {
+    "depth_scale": "relative",
+    "depth_note": "DA3 relative depth: larger is farther, an arbitrary scale per frame, not metres",
+}
+COMPRESSIONS = ("zstd", "lz4", "none")
+
+
+@dataclass
+class Recorded:
+    """What a recording wrote."""
+
+    frames: int = 0
+    skipped: int = 0  # frames pruned or unreadable before they were read
+    clouds: int = 0
+    random_init: bool = False
+    why_no_cloud: str = ""
+    topics: set[str] = field(default_factory=set)
+
+
+def needs_sdk() -> Any:
+    """Foxglove's SDK, or EdgeError saying how to get it."""
+    try:
+        import foxglove
+    except ImportError:
+        raise EdgeError(
+            "recording needs Foxglove's SDK: pip install 'da3-edge[robots]' (or uv pip "
+            "install foxglove-sdk)"
+        ) from None
+    return foxglove
+
+
+class Recorder:
+    """An MCAP file being written, a frame at a time (``add``); ``close`` finishes it."""
+
+    def __init__(self, out: Path, compression: str = "zstd") -> None:
+        foxglove = needs_sdk()
+        from foxglove import channels
+        from foxglove import mcap as fmcap
+
+        kinds = {"zstd": fmcap.MCAPCompression.Zstd, "lz4": fmcap.MCAPCompression.Lz4}
+        options = fmcap.MCAPWriteOptions(compression=kinds.get(compression), profile="")
+        self.context = foxglove.Context()
+        try:
+            self.writer = foxglove.open_mcap(out, context=self.context, writer_options=options)
+        except Exception as exc:  # the SDK's own error type for a file that exists
+            raise OutputError(f"{out}: cannot write the recording ({exc})") from None
+        meta = dict(RELATIVE)
+        make = {
+            "depth": channels.RawImageChannel,
+            "confidence": channels.RawImageChannel,
+            "scene": channels.CompressedImageChannel,
+            "preview": channels.CompressedImageChannel,
+            "calibration": channels.CameraCalibrationChannel,
+            "points": channels.PointCloudChannel,
+        }
+        self._make, self._meta = make, meta
+        self._channels: dict[str, Any] = {}
+        self.recorded = Recorded()
+
+    def _channel(self, name: str) -> Any:
+        if name not in self._channels:
+            topic = f"/da3/{name}"
+            self._channels[name] = self._make[name](
+                topic, metadata=self._meta, context=self.context
+            )
+            self.recorded.topics.add(topic)
+        return self._channels[name]
+
+    def add(self, root: Path, seq: int) -> bool:
+        """Frame ``seq`` of the store at ``root``; False when it is gone or unreadable."""
+        frame = read_frame(root, seq)
+        if frame is None:
+            self.recorded.skipped += 1
+            return False
+        from foxglove import messages as m
+
+        stamp = m.Timestamp.from_epoch_secs(frame.t_capture)
+        log_time = int(frame.t_capture * 1e9)
+        h, w = frame.depth.shape
+        for name, values in (("depth", frame.depth), ("confidence", frame.conf)):
+            image = m.RawImage(
+                timestamp=stamp,
+                frame_id=FRAME_ID,
+                width=w,
+                height=h,
+                encoding="32FC1",
+                step=4 * w,
+                data=np.ascontiguousarray(values, "<f4").tobytes(),
+            )
+            self._channel(name).log(image, log_time=log_time)
+        picture = m.CompressedImage(
+            timestamp=stamp, frame_id=FRAME_ID, data=frame.picture, format=frame.picture_format
+        )
+        self._channel("scene" if frame.picture_format == "jpeg" else "preview").log(
+            picture, log_time=log_time
+        )
+        self.recorded.random_init |= frame.random_init
+        if frame.fov.degrees is None:
+            self.recorded.why_no_cloud = frame.fov.source
+        else:
+            self._geometry(frame, stamp, log_time)
+        self.recorded.frames += 1
+        return True
+
+    def _geometry(self, frame: Frame, stamp: Any, log_time: int) -> None:
+        """The camera's calibration and the frame's points."""
+        from foxglove import messages as m
+
+        assert frame.fov.degrees is not None
+        h, w = frame.depth.shape
+        k = geometry.Intrinsics.of(frame.fov.degrees, (h, w), frame.source_size)
+        calibration = m.CameraCalibration(
+            timestamp=stamp,
+            frame_id=FRAME_ID,
+            width=w,
+            height=h,
+            distortion_model="",
+            D=[],
+            K=[k.fx, 0, k.cx, 0, k.fy, k.cy, 0, 0, 1],
+            R=[1, 0, 0, 0, 1, 0, 0, 0, 1],
+            P=[k.fx, 0, k.cx, 0, 0, k.fy, k.cy, 0, 0, 0, 1, 0],
+        )
+        self._channel("calibration").log(calibration, log_time=log_time)
+        colours = frame.colours()
+        cloud = geometry.cloud_of(frame.depth, frame.conf, colours, frame.fov, frame.source_size)
+        self._channel("points").log(point_cloud(cloud, stamp), log_time=log_time)
+        self.recorded.clouds += 1
+
+    def close(self) -> Recorded:
+        """Finish the file: its metadata, summary and footer."""
+        r = self.recorded
+        self.writer.write_metadata(
+            "da3-edge",
+            {
+                "version": version(),
+                "random_init": "true" if r.random_init else "false",
+                "frames": str(r.frames),
+                **RELATIVE,
+                **({"no_point_cloud": r.why_no_cloud} if r.why_no_cloud else {}),
+            },
+        )
+        self.writer.close()
+        return r
+
+
+def point_cloud(cloud: geometry.Cloud, stamp: Any) -> Any:
+    """``cloud`` as a ``foxglove.PointCloud``: x, y, z float32 and r, g, b, a uint8."""
+    from foxglove import messages as m
+
+    f32, u8 = m.PackedElementFieldNumericType.Float32, m.PackedElementFieldNumericType.Uint8
+    names = [("x", 0, f32), ("y", 4, f32), ("z", 8, f32)]
+    names += [("red", 12, u8), ("green", 13, u8), ("blue", 14, u8), ("alpha", 15, u8)]
+    fields = [m.PackedElementField(name=n, offset=o, type=t) for n, o, t in names]
+    packed = np.empty(cloud.count, [("xyz", "<f4", 3), ("rgba", "u1", 4)])
+    packed["xyz"] = cloud.points
+    packed["rgba"][:, :3] = cloud.colours
+    packed["rgba"][:, 3] = 255
+    return m.PointCloud(
+        timestamp=stamp,
+        frame_id=FRAME_ID,
+        point_stride=16,
+        fields=fields,
+        data=packed.tobytes(),
+    )
+
+
+@dataclass
+class Frame:
+    """What a recording takes of one stored frame."""
+
+    depth: np.ndarray
+    conf: np.ndarray
+    t_capture: float
+    fov: FieldOfView
+    source_size: tuple[int, int]
+    picture: bytes
+    picture_format: str  # "jpeg" (the scene) or "png" (the preview)
+    random_init: bool
+
+    def colours(self) -> np.ndarray:
+        """The points' colours: the scene's pixels, else the preview's colours."""
+        from PIL import Image
+
+        if self.picture_format == "jpeg":
+            with Image.open(io.BytesIO(self.picture)) as image:
+                return np.asarray(image.convert("RGB"))
+        levels = np.rint(frames.inverse_normalised(self.depth) * 255).astype(np.uint8)
+        shown: np.ndarray = frames.COLORMAP[levels]
+        return shown
+
+
+def read_frame(root: Path, seq: int) -> Frame | None:
+    """Frame ``seq``'s maps, record and picture; None when any is gone (pruned) or does
+    not read as the daemon writes it."""
+    record = read_record(root, seq)
+    raw = read_in(root, *frame_names(seq, "npz"))
+    picture, kind = read_in(root, *frame_names(seq, "rgb")), "jpeg"
+    if picture is None:
+        picture, kind = read_in(root, *frame_names(seq, "preview")), "png"
+    if record is None or raw is None or picture is None:
+        return None
+    try:
+        with np.load(io.BytesIO(raw)) as npz:
+            depth, conf = npz["depth"], npz["conf"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if depth.ndim != 2 or depth.shape != conf.shape or depth.dtype != np.float32:
+        return None
+    t = record.get("t_capture")
+    size = record.get("source_size")
+    if not (
+        isinstance(size, list)
+        and len(size) == 2
+        and all(isinstance(n, int) and n > 0 for n in size)
+    ):
+        size = list(depth.shape)
+    return Frame(
+        depth,
+        conf,
+        float(t) if isinstance(t, (int, float)) else time.time(),
+        FieldOfView.from_record(record.get("field_of_view")),
+        (size[0], size[1]),
+        picture,
+        kind,
+        record.get("random_init") is not False,
+    )
+
+
+def stored(root: Path) -> list[int]:
+    """The numbers of the frames in the store now, oldest first."""
+    try:
+        names = [p.name for p in (root / layout.FRAMES).iterdir()]
+    except OSError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit() and len(n) == 10)
+
+
+def live(root: Path, stop: threading.Event, after: int | None) -> Iterator[int]:
+    """The frames published from now on (after frame ``after``), as the daemon
+    publishes them, until ``stop``."""
+    follower = Follower(root)
+    seen = after if after is not None else getattr(latest(root), "seq", None)
+    try:
+        while not stop.is_set():
+            if layout.LATEST not in follower.wait(0.2):
+                continue
+            newest = latest(root)
+            if newest is None or (seen is not None and newest.seq == seen):
+                continue
+            for item in published_since(root, seen, newest):
+                yield item.seq
+            seen = newest.seq
+    finally:
+        follower.close()
+
+
+def record(
+    root: Path,
+    out: Path,
+    *,
+    count: int = 0,
+    seconds: float = 0.0,
+    existing: bool = False,
+    compression: str = "zstd",
+    progress: Callable[[Recorded], None] = lambda _: None,
+) -> Recorded:
+    """Record the store at ``root`` into ``out``: the frames in it now (``existing``),
+    then the new ones as they come, until ``count`` frames (0: no bound), ``seconds``
+    (0: no bound) or SIGINT/SIGTERM; the file is finished whichever ends it."""
+    recorder = Recorder(out, compression)
+    stop = threading.Event()
+    handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    timer = threading.Timer(seconds, stop.set) if seconds else None
+    if timer is not None:
+        timer.start()
+    try:
+        before = stored(root) if existing else []
+        last = before[-1] if before else None
+        for seq in _chain(before, live(root, stop, last), stop):
+            recorder.add(root, seq)
+            progress(recorder.recorded)
+            if count and recorder.recorded.frames >= count:
+                break
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        done = recorder.close()
+    return done
+
+
+def _chain(first: list[int], then: Iterator[int], stop: threading.Event) -> Iterator[int]:
+    for seq in first:
+        if stop.is_set():
+            return
+        yield seq
+    yield from then

@@ -1,0 +1,132 @@
+"""``da3-edge record``: a store's frames into MCAP, read back by MCAP's own reader and
+its protobuf decoder (readers that are not ours), from a store written by hand and
+from the daemon as it runs."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mcap.reader import make_reader
+from mcap_protobuf.decoder import DecoderFactory
+
+from edge import geometry
+from edge.fov import FieldOfView
+from scripts.support import ROOT
+from scripts.support.daemon import daemon, frame_dirs
+from scripts.support.store import board_store
+from scripts.support.tools import run_cli
+
+SEEN = FieldOfView(66.0, "config camera.hfov")
+
+
+def read_back(path: Path) -> tuple[Any, dict[str, list[Any]], dict[str, dict[str, str]]]:
+    """The file's summary, its decoded messages by topic, and its metadata records."""
+    with path.open("rb") as fh:
+        reader = make_reader(fh, decoder_factories=[DecoderFactory()])
+        summary = reader.get_summary()
+        by_topic: dict[str, list[Any]] = {}
+        for _, channel, _, decoded in reader.iter_decoded_messages():
+            by_topic.setdefault(channel.topic, []).append(decoded)
+        metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+    return summary, by_topic, metadata
+
+
+def test_a_stored_frame_reads_back_as_foxglove_messages(tmp_path: Path) -> None:
+    """Three stored frames (the board scene, its picture kept, a field of view): every
+    frame's depth and confidence as 32FC1 images equal to its npz, the picture as JPEG,
+    the calibration from the field of view, the points DA3's cut keeps; every channel
+    and the file say the depth is relative, and that the weights are random."""
+    store = board_store(tmp_path / "store", SEEN, ("npz", "rgb", "json"), frames=3)
+    out = tmp_path / "rec.mcap"
+    proc = run_cli(["record", str(out), "--store", str(store.root), "--existing", "--frames", "3"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(
+        "rec.mcap: 3 frames, 3 point clouds, RANDOM-INIT (not a real model)"
+    )
+    summary, messages, metadata = read_back(out)
+    schemas = {c.topic: summary.schemas[c.schema_id].name for c in summary.channels.values()}
+    assert schemas == {
+        "/da3/depth": "foxglove.RawImage",
+        "/da3/confidence": "foxglove.RawImage",
+        "/da3/scene": "foxglove.CompressedImage",
+        "/da3/calibration": "foxglove.CameraCalibration",
+        "/da3/points": "foxglove.PointCloud",
+    }
+    assert all(c.metadata["depth_scale"] == "relative" for c in summary.channels.values())
+    assert summary.statistics.message_count == 15
+    assert metadata["da3-edge"]["random_init"] == "true"
+    assert metadata["da3-edge"]["depth_scale"] == "relative"
+    for n, frame_dir in enumerate(sorted(frame_dirs(store.root))):
+        with np.load(frame_dir / "frame.npz") as npz:
+            depth, conf = npz["depth"], npz["conf"]
+        image = messages["/da3/depth"][n]
+        assert (image.width, image.height, image.encoding) == (160, 120, "32FC1")
+        got = np.frombuffer(image.data, "<f4").reshape(120, 160)
+        np.testing.assert_array_equal(got, depth)
+        sure = np.frombuffer(messages["/da3/confidence"][n].data, "<f4").reshape(120, 160)
+        np.testing.assert_array_equal(sure, conf)
+        assert messages["/da3/scene"][n].format == "jpeg"
+        assert messages["/da3/scene"][n].data == (frame_dir / "frame.rgb.jpg").read_bytes()
+    k = geometry.Intrinsics.of(66.0, (120, 160), (240, 320))
+    calibration = messages["/da3/calibration"][0]
+    assert list(calibration.K) == [k.fx, 0, k.cx, 0, k.fy, k.cy, 0, 0, 1]
+    cloud = messages["/da3/points"][0]
+    assert cloud.point_stride == 16 and len(cloud.data) == 16 * 120 * 160  # all sure
+    points = np.frombuffer(cloud.data, [("xyz", "<f4", 3), ("rgba", "u1", 4)])
+    z = points["xyz"][:, 2]
+    assert np.all(z > 0) and set(points["rgba"][:, 3]) == {255}
+
+
+def test_the_daemons_frames_as_they_come_and_a_stop_finishes_the_file(
+    fake_models: Path, tmp_path: Path
+) -> None:
+    """The daemon running (FakeCores, the fake camera: no field of view): `record`
+    takes the frames it publishes from now on; SIGTERM ends it with the file finished,
+    and no point cloud, saying why."""
+    store = tmp_path / "store"
+    out = tmp_path / "live.mcap"
+    with daemon(tmp_path, store, fake_models) as d:
+        d.wait_for(lambda: len(frame_dirs(store)) >= 2, what="two frames")
+        cmd = [sys.executable, "-m", "edge", "record", str(out), "--store", str(store)]
+        with subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True) as rec:
+            assert rec.stderr is not None
+            end = time.monotonic() + 30
+            while time.monotonic() < end and not (out.exists() and out.stat().st_size > 4096):
+                time.sleep(0.2)
+            time.sleep(1.0)
+            rec.send_signal(signal.SIGTERM)
+            code, said = rec.wait(30), rec.stderr.read()
+        assert d.stop() == 0
+    assert code == 0, said
+    _, messages, metadata = read_back(out)
+    frames = len(messages["/da3/depth"])
+    assert frames >= 2 and len(messages["/da3/confidence"]) == frames
+    assert "/da3/points" not in messages and "/da3/calibration" not in messages
+    assert "no field of view given (camera.hfov" in metadata["da3-edge"]["no_point_cloud"]
+    assert f"{frames} frames (no point clouds:" in said.splitlines()[-1]
+    stamps = [m.timestamp.seconds + m.timestamp.nanos / 1e9 for m in messages["/da3/depth"]]
+    assert stamps == sorted(stamps) and len(set(stamps)) == frames  # capture order
+
+
+def test_refusals_are_one_line(tmp_path: Path) -> None:
+    exists = tmp_path / "was-here.mcap"
+    exists.write_bytes(b"mine")
+    proc = run_cli(["record", str(exists), "--store", str(tmp_path)])
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "never overwritten" in proc.stderr and exists.read_bytes() == b"mine"
+    without_sdk = "import sys; sys.modules['foxglove'] = None; from edge.cli import main; "
+    without_sdk += (
+        f"sys.exit(main(['record', {str(tmp_path / 'x.mcap')!r}, '--store', {str(tmp_path)!r}]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", without_sdk], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "pip install 'da3-edge[robots]'" in proc.stderr
+    assert not (tmp_path / "x.mcap").exists()
