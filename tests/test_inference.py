@@ -455,3 +455,39 @@ def test_a_duty_spaces_the_core_runs_and_never_holds_a_result(models: Path) -> N
     assert max(held) < 0.3, held
     back = [submits[int(item.frame.seq) - 1] for item in again]
     assert max(b - a for a, b in itertools.pairwise(back)) < 0.3
+
+
+def test_a_duty_near_1_spaces_two_workers_smoothly(models: Path) -> None:
+    """Two workers, 0.2 s core runs: unspaced, a run starts every ~0.1 s; at duty 0.8
+    every 0.125 s, the other worker taking the next frame while one computes (not the
+    next run waiting for the last to end, which would halve the rate for any duty)."""
+    pipeline, cores = fake_pipeline(models, workers=2, delay=0.2)
+    with running(pipeline) as r:
+        r.inference.mailbox = r.mailbox = AlwaysFull()
+        r.take(10)  # the unspaced pace is known
+        r.inference.duty = 0.8
+        r.take(3)
+        start = time.monotonic()
+        r.take(8, timeout=30)
+    submits = sorted(t for event, _, _, t in cores[0].log if event == "submit")  # one log
+    spaced = [t for t in submits if t >= start]
+    gaps = [b - a for a, b in itertools.pairwise(spaced)]
+    print("gaps between core runs at duty 0.8, s:", [round(g, 3) for g in gaps])
+    assert 0.118 <= sorted(gaps)[len(gaps) // 2] < 0.16
+
+
+def test_a_duty_near_1_spaces_one_worker_too(models: Path) -> None:
+    """One worker, 0.1 s core runs back to back: at duty 0.9 a run starts every ~0.111 s,
+    not at the core's pace (the frame taken for its end, ignoring the spacing)."""
+    pipeline, cores = fake_pipeline(models, delay=0.1)
+    with running(pipeline) as r:
+        r.inference.mailbox = r.mailbox = AlwaysFull()
+        r.take(10)
+        r.inference.duty = 0.9
+        r.take(2)
+        start = time.monotonic()
+        r.take(8, timeout=30)
+    spaced = [t for event, _, _, t in cores[0].log if event == "submit" and t >= start]
+    gaps = [b - a for a, b in itertools.pairwise(spaced)]
+    print("gaps between core runs at duty 0.9, s:", [round(g, 3) for g in gaps])
+    assert 0.107 <= sorted(gaps)[len(gaps) // 2] < 0.13

@@ -34,6 +34,7 @@ log = logging.getLogger("edge.daemon")
 STAGES = ("preprocess", "core", "postprocess")
 IDLE_CORE_S = 60.0  # a core unused this long is closed (Pipeline.close_idle)
 SPACED_WAIT_S = 1.0  # the longest wait for the thermal spacing before a heartbeat
+NOT_YET = -1  # _next_frame's worker while the spacing has nothing to be done yet
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class Inference:
         self.duty = 1.0  # the thermal controller's (set by the main thread): 1, no spacing
         self._last_submit = 0.0
         self._period = Recent()  # from one core run's start to the next's, unspaced
+        self._unspaced_before = True  # the last submit was made at duty 1
 
     # -- the main thread's side ------------------------------------------------------
     def offer(self, pipeline: Pipeline) -> None:
@@ -165,6 +167,9 @@ class Inference:
                 self._adopt()
             frame, worker = self._next_frame()
             self.beat()
+            if worker == NOT_YET:
+                self._sweep()
+                continue
             job = self._prepare(frame, worker) if frame is not None else None
             # The oldest frame is due (no new one came in time), or its core is needed.
             oldest = self.pending[0] if self.pending else None
@@ -188,36 +193,36 @@ class Inference:
             return
         self._next_sweep = now + min(self.idle_core_s / 2, 10.0)
         keep = [item.job.core for item in self.pending]
-        closed = self.pipeline.close_idle(self.idle_core_s, keep=keep)
+        unused_s = max(self.idle_core_s, 2 * self.spacing())  # spaced frames still use it
+        closed = self.pipeline.close_idle(unused_s, keep=keep)
         if closed:
-            log.info(
-                "closed the core(s) for %s: unused for %.0f s", ", ".join(closed), self.idle_core_s
-            )
+            log.info("closed the core(s) for %s: unused for %.0f s", ", ".join(closed), unused_s)
 
     def _next_frame(self) -> tuple[Frame | None, int]:
-        """Wait for a frame as the policy says; it and the worker it is for. None (and
-        the oldest frame's worker) when the thermal spacing says not yet: a frame in
-        the core is finished meanwhile, and the thread beats at least every second."""
+        """Wait for a frame as the policy says; it and the worker it is for. While the
+        thermal spacing says not yet: (None, NOT_YET) after a wait of at most
+        SPACED_WAIT_S (the thread beats meanwhile), or (None, the oldest frame's
+        worker) when that frame's core is done first, for it to be finished."""
         busy = {item.worker for item in self.pending}
         idle = [w for w in range(self.pipeline.workers) if w not in busy]
         # The earliest time to take the next frame, for its core run to start no sooner
         # than the spacing after the last one's (the past when there is no spacing).
         due = self._last_submit + self.spacing() - self._prep_s.high()
         now = time.monotonic()
-        if due > now:
-            if not self.pending:
-                self.stop.wait(min(due - now, SPACED_WAIT_S))
-                return None, idle[0]
-            oldest = self.pending[0]
-            if idle or due > oldest.done_at:  # spaced beyond the core: finish it first
-                self.stop.wait(min(max(0.0, oldest.done_at - now), SPACED_WAIT_S))
-                return None, oldest.worker
-        if not self.pending:
+        oldest = self.pending[0] if self.pending else None
+        if due > now and (oldest is None or idle or due > oldest.done_at):
+            done_at = oldest.done_at if oldest is not None else due
+            self.stop.wait(min(max(0.0, min(due, done_at) - now), SPACED_WAIT_S))
+            now = time.monotonic()
+            if now < due:  # still spaced: finish the oldest frame if its core is done
+                if oldest is not None and (now >= oldest.done_at or not idle):
+                    return None, oldest.worker
+                return None, NOT_YET
+        if oldest is None:
             frame = self.mailbox.take(0.25)
         else:
-            oldest = self.pending[0]
             if not idle:
-                wake = oldest.done_at - self._prep_s.high()
+                wake = max(oldest.done_at - self._prep_s.high(), due)
                 if wake > time.monotonic():
                     self.stop.wait(wake - time.monotonic())
             frame = self.mailbox.take(max(0.0, oldest.done_at - time.monotonic()))
@@ -248,7 +253,8 @@ class Inference:
         known, the core's time shared among the workers)."""
         if self.duty >= 1.0:
             return 0.0
-        period = self._period.middle() or self._core_s.low() / max(1, self.pipeline.workers)
+        # The mean: with several workers runs start in bursts (two at once, then a wait)
+        period = self._period.mean() or self._core_s.low() / max(1, self.pipeline.workers)
         return thermal.interval(self.duty, period)
 
     def _submit(self, job: Job, frame: Frame, worker: int) -> None:
@@ -258,9 +264,10 @@ class Inference:
             self._failed("core", frame, exc)
             return
         now = time.monotonic()
-        if self.duty >= 1.0 and self._last_submit:  # the pace, unspaced
+        unspaced = self.duty >= 1.0
+        if unspaced and self._unspaced_before and self._last_submit:  # the pace, unspaced
             self._period.add(now - self._last_submit)
-        self._last_submit = now
+        self._last_submit, self._unspaced_before = now, unspaced
         self.pending.append(InFlight(job, frame, worker, time.monotonic() + self._core_s.low()))
 
     def _collect(self, item: InFlight, pipeline: Pipeline | None = None) -> bool:
@@ -332,7 +339,5 @@ class Recent:
     def high(self) -> float:
         return max(self._samples, default=0.0)
 
-    def middle(self) -> float:
-        """The median (the upper one of an even count), 0 before any."""
-        ordered = sorted(self._samples)
-        return ordered[len(ordered) // 2] if ordered else 0.0
+    def mean(self) -> float:
+        return sum(self._samples) / len(self._samples) if self._samples else 0.0
