@@ -192,7 +192,7 @@ class FrameStore:
         # The npz streams into its file: the recent frames' sizes are the estimate of
         # this one's (the largest: they vary with what the camera sees), with a block
         # a file and one for the folder, which the filesystem counts and st_size not.
-        recent = list(self._sizes.values())[-RECENT:]
+        recent = [self._sizes[n] for n in sorted(self._sizes)[-RECENT:]]  # prepare: any order
         estimate = max(recent, default=0) + BLOCK * (len(blobs) + 1)
         try:
             final, size = self._put(seq, blobs, estimate)
