@@ -279,16 +279,17 @@ def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
     # its header, before a byte of the map is read.
     import zipfile
 
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (15000, 20000), }"
-    header += " " * (117 - len(header)) + "\n"
-    with zipfile.ZipFile(npz, "w", zipfile.ZIP_DEFLATED) as bomb:
-        for name in ("depth", "conf"):
-            with bomb.open(f"{name}.npy", "w", force_zip64=True) as member:
-                member.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little"))
-                member.write(header.encode())
-                member.write(bytes(4 << 20))
-    code, _, body = answer(app_over(root), "/latest.ply")
-    assert code >= 400 and b"larger than any camera" in body, body
+    for shape in ((15000, 20000), (1, 50_000_000)):  # too many pixels; too long a row
+        header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
+        header += " " * (117 - len(header)) + "\n"
+        with zipfile.ZipFile(npz, "w", zipfile.ZIP_DEFLATED) as bomb:
+            for name in ("depth", "conf"):
+                with bomb.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    member.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little"))
+                    member.write(header.encode())
+                    member.write(bytes(4 << 20))
+        code, _, body = answer(app_over(root), "/latest.ply")
+        assert code >= 400 and b"larger than any camera" in body, body
     npz.write_bytes(whole)
     record = npz.parent / "frame.json"
     said = json.loads(record.read_text())

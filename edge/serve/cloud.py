@@ -13,8 +13,9 @@ import asyncio
 import io
 import os
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from edge.fov import FieldOfView
 from edge.serve.hub import Newest
@@ -22,6 +23,11 @@ from edge.store.read import frame_names, read_record
 from edge.store.trust import open_in, read_in
 
 MAX_PIXELS = 100_000_000  # a map no camera makes (the largest Pi camera: 64 MP)
+MAX_SIDE = 32_768  # nor a side (a row is read whole: at most 128 kB)
+# What a damaged or hostile npz raises: a cut, bad deflate, another compression, a
+# password, a header that is no array's.
+UNREADABLE: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, EOFError)
+UNREADABLE += (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError)
 
 
 class Refused(Exception):
@@ -81,7 +87,7 @@ def _grid(npz: BinaryIO, seq: int) -> tuple[Any, Any, tuple[int, int]]:
         with zipfile.ZipFile(npz) as archive:
             depth, shape = _rows(archive, "depth", None)
             conf, _ = _rows(archive, "conf", shape)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+    except UNREADABLE as exc:
         raise Refused(f"frame {seq}'s npz cannot be read ({exc})") from None
     return depth, conf, shape
 
@@ -110,16 +116,17 @@ def _rows(
         h, w = found
         if not (h and w):
             raise ValueError(f"{name} is empty ({h}x{w})")
-        if h * w > MAX_PIXELS:  # a few kB of deflate can claim gigabytes of zeros
+        if h * w > MAX_PIXELS or max(h, w) > MAX_SIDE:  # deflate can claim gigabytes
             raise ValueError(f"{name} is {h}x{w}, larger than any camera's picture")
         step = step_for((h, w))
         grid = np.empty((-(-h // step), -(-w // step)), np.float32)
         block = step * w * 4
         for n in range(grid.shape[0]):
-            rows = member.read(min(block, (h - n * step) * w * 4))
-            if len(rows) < w * 4:
+            row = member.read(w * 4)
+            if len(row) < w * 4:
                 raise EOFError(f"{name} ends at row {n * step} of {h}")
-            grid[n] = np.frombuffer(rows, "<f4", count=w)[::step]
+            grid[n] = np.frombuffer(row, "<f4", count=w)[::step]
+            _skip(member, min(block, (h - n * step) * w * 4) - w * 4)
     return grid, (h, w)
 
 
@@ -161,3 +168,12 @@ def _ply(
 
 def _positive(n: Any) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n > 0
+
+
+def _skip(member: IO[bytes], n: int) -> None:
+    """Read past ``n`` bytes of ``member``, a bounded piece at a time."""
+    while n > 0:
+        got = member.read(min(n, 1 << 20))
+        if not got:
+            raise EOFError("the map ends early")
+        n -= len(got)
