@@ -48,6 +48,7 @@ def setting(
     zero: str = "",
     unit: str = "",
     metavar: str = "",
+    check: Callable[[Any], object] | None = None,
 ) -> Any:
     """A config key, declared once: its default, what it means (``doc``: the shipped
     file's comment and the reference's line; "" when the comment of the key above
@@ -55,10 +56,11 @@ def setting(
     ``choices`` ("" too when ``empty`` says what "" means), or a number from ``low``
     (or more than ``above``) to ``high`` in ``unit``, 0 also allowed when ``zero`` says
     what 0 means. ``validate`` checks all of these; rules between keys it checks by hand.
+    ``check`` is a rule of its own (ValueError saying why), for values other than 0.
     A ``flag`` (with ``metavar``, its value's name in --help) is all a command needs:
     ``add_flags`` makes the argument, ``flagged`` reads it back as an ``Overrides``."""
     meta: dict[str, Any] = {"doc": doc, "flag": flag, "choices": choices, "empty": empty}
-    meta["metavar"] = metavar
+    meta["metavar"], meta["check"] = metavar, check
     meta |= {"low": low, "above": above, "high": high, "zero": zero, "unit": unit}
     return field(default=default, metadata=meta)
 
@@ -180,6 +182,7 @@ class ModelConfig:
         "directory.",
         flag="--size",
         zero="504 when exported, else the only size",
+        check=check_size,
     )
     stages: str = setting(
         "auto",
@@ -801,6 +804,11 @@ def _flag_value(key: str, kind: type, meta: Mapping[str, Any]) -> Callable[[str]
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         why = "" if meta["choices"] else refusal(value, meta)
+        if not why and value and meta["check"] is not None:
+            try:
+                meta["check"](value)
+            except ValueError as exc:
+                why = str(exc)
         if why:
             raise argparse.ArgumentTypeError(f"{why} (config {key})")
         return value

@@ -296,3 +296,23 @@ def test_the_commands_take_their_flags_from_the_declarations() -> None:
             assert f.metadata["flag"] in text and f"(config {key})" in text
         source = Path(str(command.__file__)).read_text()
         assert not [f for _, f in config.flag_keys(parts) if f'"{f.metadata["flag"]}"' in source]
+
+
+def test_a_flags_value_is_refused_as_its_declaration_says() -> None:
+    """A value its key would refuse is argparse's one-line usage error naming the flag
+    and the key (not the config file): bounds, choices and a rule of the key's own."""
+    import argparse
+
+    from edge.commands import run
+
+    parser = run.parser()
+    parser.exit_on_error = False
+    for flag, value, said in (
+        ("--size", "300", "must be a multiple of 14"),
+        ("--threads", "999", r"must be 0 \(auto\) to 256"),
+        ("--precision", "fp8", "invalid choice"),
+    ):
+        with pytest.raises(argparse.ArgumentError, match=said):
+            parser.parse_args([flag, value])
+    assert parser.parse_args(["--size", "280"]).size == 280
+    assert parser.parse_args(["--size", "0"]).size == 0  # the key's 0: the default size
