@@ -26,6 +26,7 @@ the store as any consumer reads them (``edge.store.read``), never the model.
 from __future__ import annotations
 
 import io
+import os
 import signal
 import threading
 import time
@@ -41,8 +42,8 @@ from edge.errors import EdgeError, OutputError
 from edge.fov import FieldOfView
 from edge.store import layout
 from edge.store.follow import Follower
-from edge.store.read import frame_names, latest, published_since, read_record
-from edge.store.trust import read_in
+from edge.store.read import frame_names, latest, read_record
+from edge.store.trust import open_in, read_in
 from edge.version import version
 
 FRAME_ID = "da3_camera"  # the camera's optical frame: x right, y down, z forward
@@ -136,12 +137,12 @@ class Recorder:
                 data=np.ascontiguousarray(values, "<f4").tobytes(),
             )
             self._channel(name).log(image, log_time=log_time)
-        picture = m.CompressedImage(
-            timestamp=stamp, frame_id=FRAME_ID, data=frame.picture, format=frame.picture_format
-        )
-        self._channel("scene" if frame.picture_format == "jpeg" else "preview").log(
-            picture, log_time=log_time
-        )
+        if frame.picture is not None:
+            picture = m.CompressedImage(
+                timestamp=stamp, frame_id=FRAME_ID, data=frame.picture, format=frame.picture_format
+            )
+            topic = "scene" if frame.picture_format == "jpeg" else "preview"
+            self._channel(topic).log(picture, log_time=log_time)
         self.recorded.random_init |= frame.random_init
         if frame.fov.degrees is None:
             self.recorded.why_no_cloud = frame.fov.source
@@ -221,7 +222,7 @@ class Frame:
     t_capture: float
     fov: FieldOfView
     source_size: tuple[int, int]
-    picture: bytes
+    picture: bytes | None  # none when the store keeps neither
     picture_format: str  # "jpeg" (the scene) or "png" (the preview)
     random_init: bool
 
@@ -229,8 +230,10 @@ class Frame:
         """The points' colours: the scene's pixels, else the preview's colours."""
         from PIL import Image
 
-        if self.picture_format == "jpeg":
+        if self.picture is not None and self.picture_format == "jpeg":
             with Image.open(io.BytesIO(self.picture)) as image:
+                step = geometry.step_for(self.depth.shape)  # the cloud's grid: no finer
+                image.draft("RGB", (self.depth.shape[1] // step, self.depth.shape[0] // step))
                 return np.asarray(image.convert("RGB"))
         levels = np.rint(frames.inverse_normalised(self.depth) * 255).astype(np.uint8)
         shown: np.ndarray = frames.COLORMAP[levels]
@@ -241,16 +244,15 @@ def read_frame(root: Path, seq: int) -> Frame | None:
     """Frame ``seq``'s maps, record and picture; None when any is gone (pruned) or does
     not read as the daemon writes it."""
     record = read_record(root, seq)
-    raw = read_in(root, *frame_names(seq, "npz"))
     picture, kind = read_in(root, *frame_names(seq, "rgb")), "jpeg"
     if picture is None:
         picture, kind = read_in(root, *frame_names(seq, "preview")), "png"
-    if record is None or raw is None or picture is None:
+    if record is None:
         return None
-    try:
-        with np.load(io.BytesIO(raw)) as npz:
+    try:  # from the file: a 12 MP frame's maps are 95 MB without its bytes beside them
+        with os.fdopen(open_in(root, *frame_names(seq, "npz")), "rb") as fh, np.load(fh) as npz:
             depth, conf = npz["depth"], npz["conf"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError):
         return None
     if depth.ndim != 2 or depth.shape != conf.shape or depth.dtype != np.float32:
         return None
@@ -283,23 +285,31 @@ def stored(root: Path) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit() and len(n) == 10)
 
 
-def live(root: Path, stop: threading.Event, after: int | None) -> Iterator[int]:
-    """The frames published from now on (after frame ``after``), as the daemon
-    publishes them, until ``stop``."""
-    follower = Follower(root)
-    seen = after if after is not None else getattr(latest(root), "seq", None)
-    try:
-        while not stop.is_set():
-            if layout.LATEST not in follower.wait(0.2):
-                continue
-            newest = latest(root)
-            if newest is None or (seen is not None and newest.seq == seen):
-                continue
-            for item in published_since(root, seen, newest):
-                yield item.seq
-            seen = newest.seq
-    finally:
-        follower.close()
+def frames_to_record(
+    root: Path, follower: Follower, stop: threading.Event, existing: bool
+) -> Iterator[int]:
+    """The frames to record, in order, until ``stop``: those in the store now (with
+    ``existing``), then each one the daemon publishes. ``follower`` watches from before
+    the store is listed, and the new frames are listed again once the stored ones are
+    done, so none published meanwhile is missed (the ring keeps them a while)."""
+    seen = None if existing else getattr(latest(root), "seq", None)
+    if existing:
+        for seq in stored(root):
+            if stop.is_set():
+                return
+            yield seq
+            seen = seq
+    while not stop.is_set():
+        newest = latest(root)
+        if newest is not None and seen is not None and newest.seq < seen:
+            seen = None  # the store was made anew (a reboot's /run): its numbers restart
+        newer = [n for n in stored(root) if seen is None or n > seen]
+        for seq in newer:
+            if stop.is_set():
+                return
+            yield seq
+            seen = seq
+        follower.wait(0.5)  # a publish (or a look again every half second)
 
 
 def record(
@@ -314,33 +324,26 @@ def record(
 ) -> Recorded:
     """Record the store at ``root`` into ``out``: the frames in it now (``existing``),
     then the new ones as they come, until ``count`` frames (0: no bound), ``seconds``
-    (0: no bound) or SIGINT/SIGTERM; the file is finished whichever ends it."""
+    (0: no bound) or SIGINT/SIGTERM; the file is finished whichever ends it (a second
+    signal while it is being finished does not cut it short)."""
     recorder = Recorder(out, compression)
     stop = threading.Event()
     handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     timer = threading.Timer(seconds, stop.set) if seconds else None
     if timer is not None:
         timer.start()
+    follower = Follower(root)
     try:
-        before = stored(root) if existing else []
-        last = before[-1] if before else None
-        for seq in _chain(before, live(root, stop, last), stop):
+        for seq in frames_to_record(root, follower, stop, existing):
             recorder.add(root, seq)
             progress(recorder.recorded)
             if count and recorder.recorded.frames >= count:
                 break
     finally:
+        follower.close()
         if timer is not None:
             timer.cancel()
+        done = recorder.close()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        done = recorder.close()
     return done
-
-
-def _chain(first: list[int], then: Iterator[int], stop: threading.Event) -> Iterator[int]:
-    for seq in first:
-        if stop.is_set():
-            return
-        yield seq
-    yield from then

@@ -130,3 +130,27 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "pip install 'da3-edge[robots]'" in proc.stderr
     assert not (tmp_path / "x.mcap").exists()
+
+
+def test_frames_published_while_the_stored_ones_are_recorded_are_not_lost(
+    tmp_path: Path,
+) -> None:
+    """``--existing`` on a store the daemon keeps writing: the 20 frames published while
+    the 3 stored ones are recorded (more than a late look back would find) come next, in
+    order, each once."""
+    from edge.record import record
+    from scripts.support.store import write_board
+
+    store = board_store(tmp_path / "store", SEEN, ("npz", "json"), frames=3)
+    out = tmp_path / "rec.mcap"
+
+    def meanwhile(done: Any) -> None:
+        if done.frames == 1:  # the daemon publishes while the stored frames are read
+            for n in range(3, 23):
+                write_board(store, SEEN, n)
+
+    done = record(store.root, out, count=23, seconds=30, existing=True, progress=meanwhile)
+    assert (done.frames, done.skipped) == (23, 0)
+    _, messages, _ = read_back(out)
+    stamps = [m.timestamp.seconds + m.timestamp.nanos / 1e9 for m in messages["/da3/depth"]]
+    assert len(stamps) == 23 and stamps == sorted(stamps)
