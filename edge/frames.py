@@ -327,16 +327,19 @@ def point_cloud(
         shape = (int(depth.shape[0]), int(depth.shape[1]))
         step = geometry.step_for(shape)
         depth, conf = depth[::step, ::step], conf[::step, ::step]
-    colours = (
-        rgb
-        if rgb is not None
-        else COLORMAP[np.rint(inverse_normalised(depth) * 255).astype(np.uint8)]
-    )
+    colours = rgb if rgb is not None else preview_colours(depth)
     made = geometry.cloud_of_grid(depth, conf, shape, colours, fov, source_size)
     comments = geometry.ply_comments(
         fov, random_init=random_init, conf_threshold=made.conf_threshold
     )
     return geometry.ply(made, comments), made
+
+
+def preview_colours(depth: np.ndarray) -> np.ndarray:
+    """Each pixel's colour in a preview of ``depth`` on its own range (H, W, 3) uint8."""
+    levels = np.rint(inverse_normalised(depth) * 255).astype(np.uint8)
+    shown: np.ndarray = COLORMAP[levels]
+    return shown
 
 
 RGB_QUALITY = 85

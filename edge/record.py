@@ -31,7 +31,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from edge.errors import EdgeError, OutputError
 from edge.fov import FieldOfView
 from edge.store import layout
 from edge.store.follow import Follower
-from edge.store.read import frame_names, latest, read_record
+from edge.store.read import frame_names, latest, read_record, source_size
 from edge.store.trust import open_in, read_in
 from edge.version import version
 
@@ -63,7 +63,6 @@ class Recorded:
     clouds: int = 0
     random_init: bool = False
     why_no_cloud: str = ""
-    topics: set[str] = field(default_factory=set)
 
 
 def needs_sdk() -> Any:
@@ -93,8 +92,7 @@ class Recorder:
             self.writer = foxglove.open_mcap(out, context=self.context, writer_options=options)
         except Exception as exc:  # the SDK's own error type for a file that exists
             raise OutputError(f"{out}: cannot write the recording ({exc})") from None
-        meta = dict(RELATIVE)
-        make = {
+        self._make = {
             "depth": channels.RawImageChannel,
             "confidence": channels.RawImageChannel,
             "scene": channels.CompressedImageChannel,
@@ -102,17 +100,13 @@ class Recorder:
             "calibration": channels.CameraCalibrationChannel,
             "points": channels.PointCloudChannel,
         }
-        self._make, self._meta = make, meta
         self._channels: dict[str, Any] = {}
         self.recorded = Recorded()
 
     def _channel(self, name: str) -> Any:
         if name not in self._channels:
-            topic = f"/da3/{name}"
-            self._channels[name] = self._make[name](
-                topic, metadata=self._meta, context=self.context
-            )
-            self.recorded.topics.add(topic)
+            make = self._make[name]
+            self._channels[name] = make(f"/da3/{name}", metadata=RELATIVE, context=self.context)
         return self._channels[name]
 
     def add(self, root: Path, seq: int) -> bool:
@@ -235,9 +229,7 @@ class Frame:
                 step = geometry.step_for(self.depth.shape)  # the cloud's grid: no finer
                 image.draft("RGB", (self.depth.shape[1] // step, self.depth.shape[0] // step))
                 return np.asarray(image.convert("RGB"))
-        levels = np.rint(frames.inverse_normalised(self.depth) * 255).astype(np.uint8)
-        shown: np.ndarray = frames.COLORMAP[levels]
-        return shown
+        return frames.preview_colours(self.depth)
 
 
 def read_frame(root: Path, seq: int) -> Frame | None:
@@ -257,19 +249,12 @@ def read_frame(root: Path, seq: int) -> Frame | None:
     if depth.ndim != 2 or depth.shape != conf.shape or depth.dtype != np.float32:
         return None
     t = record.get("t_capture")
-    size = record.get("source_size")
-    if not (
-        isinstance(size, list)
-        and len(size) == 2
-        and all(isinstance(n, int) and n > 0 for n in size)
-    ):
-        size = list(depth.shape)
     return Frame(
         depth,
         conf,
         float(t) if isinstance(t, (int, float)) else time.time(),
         FieldOfView.from_record(record.get("field_of_view")),
-        (size[0], size[1]),
+        source_size(record, depth.shape),
         picture,
         kind,
         record.get("random_init") is not False,

@@ -19,7 +19,7 @@ from typing import IO, Any, BinaryIO
 
 from edge.fov import FieldOfView
 from edge.serve.hub import Newest
-from edge.store.read import frame_names, read_record
+from edge.store.read import frame_names, read_record, source_size
 from edge.store.trust import open_in, read_in
 
 MAX_PIXELS = 100_000_000  # a map no camera makes (the largest Pi camera: 64 MP)
@@ -156,18 +156,10 @@ def _ply(
 ) -> bytes:
     from edge import frames
 
-    size = record.get("source_size")  # a picture's (H, W), else the map's own
-    if not (isinstance(size, list) and len(size) == 2 and all(_positive(n) for n in size)):
-        size = list(shape)
     flagged = record.get("random_init") is not False  # unless the record says real weights
-    data, _ = frames.point_cloud(
-        depth, conf, scene, fov, (size[0], size[1]), random_init=flagged, shape=shape
-    )
+    size = source_size(record, shape)
+    data, _ = frames.point_cloud(depth, conf, scene, fov, size, random_init=flagged, shape=shape)
     return data
-
-
-def _positive(n: Any) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n > 0
 
 
 def _skip(member: IO[bytes], n: int) -> None:

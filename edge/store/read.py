@@ -70,3 +70,17 @@ def read_json(root: Path, *names: str) -> dict[str, Any] | None:
 def read_record(root: Path, seq: int) -> dict[str, Any] | None:
     """A frame's record (frame.json), as ``read_json`` reads it."""
     return read_json(root, *frame_names(seq, "json"))
+
+
+def source_size(record: dict[str, Any], shape: tuple[int, ...]) -> tuple[int, int]:
+    """The picture's (H, W) a frame's record says it was made from (``source_size``),
+    else ``shape``, the map's own: a size that is no picture's (0, negative, not two
+    whole numbers) is not used."""
+    size = record.get("source_size")
+    if isinstance(size, list) and len(size) == 2 and all(_positive(n) for n in size):
+        return size[0], size[1]
+    return int(shape[0]), int(shape[1])
+
+
+def _positive(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0
