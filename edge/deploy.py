@@ -53,8 +53,11 @@ _VERSION = re.compile(
     r"^v?(?P<release>\d+(?:\.\d+)*)(?:(?P<pre>a|b|rc)(?P<pre_n>\d+))?"
     r"(?:\.post(?P<post>\d+))?(?:\.dev(?P<dev>\d+))?(?:\+[a-z0-9.]+)?$"
 )
-# What an installer adds to a wheel's .dist-info, and the RECORD made again.
-_INSTALLERS = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json", "RECORD"})
+# What an installer adds to a wheel's .dist-info (uv_build.json: uv, after building it
+# from a source such as a git URL), and the RECORD made again.
+_INSTALLERS = frozenset(
+    {"INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json", "uv_build.json", "RECORD"}
+)
 # A fixed time for every entry: the same installed files make the same wheel's bytes.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 

@@ -356,6 +356,36 @@ def test_card_on_a_laptop_without_the_depth_runtime(tmp_path: Path, wheel: Path)
     ], snap.stderr
 
 
+@pytest.mark.models  # uvx resolves da3-edge's dependencies from the index
+@pytest.mark.root
+def test_card_in_one_command_with_uvx_from_a_git_url(tmp_path: Path) -> None:
+    """The owner's second command (raspberry-pi.md, "Counted"): ``uvx --from
+    git+URL da3-edge card BOOTFS --view lan`` with no checkout and nothing installed
+    before. The card carries a wheel of exactly the commit the URL names."""
+    uv = require_tool("uv", "python3 -m pip install uv (the version in requirements/uv.txt)")
+    git = require_tool("git", "apt install git")
+    clone = tmp_path / "published"
+    subprocess.run([git, "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=UV_CACHE)
+    env.update(UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"))
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    with fat.mounted(imager_card(tmp_path)) as boot:
+        uvx = [uv, "tool", "run", "--python", sys.executable, "--from", f"git+file://{clone}"]
+        args = [*uvx, "da3-edge", "card", str(boot), "--view", "lan", "--set", "camera.fps=4"]
+        proc = subprocess.run(args, env=env, cwd=laptop, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"{boot}: ready; at first boot the Pi installs da3-edge")
+        bundled = list((boot / card.BUNDLE / "dist").glob("da3_edge-*.whl"))
+        assert len(bundled) == 1
+        built = deploy.build_wheel(clone, tmp_path / "dist")
+        assert wheel_files(bundled[0]) == wheel_files(built)
+        carried = (boot / card.BUNDLE / "da3-edge.toml").read_text()
+        assert config_mod.parse(carried, "card", parts=()).camera.fps == 4.0
+    assert list(laptop.iterdir()) == []  # nothing left where the owner ran it
+
+
 def test_card_without_runcmd_gets_one(tmp_path: Path, card_models: Path, wheel: Path) -> None:
     """A user-data without ``runcmd`` (Imager without the keyboard settings) gets the key."""
     plain = IMAGER_USER_DATA.split("\nruncmd:")[0]
