@@ -36,6 +36,9 @@
 #   kernel-sizes  (not run by default) guest instructions of one fp16 forward on
 #            cortex-a76 at each core size (KERNELS_MODELS, KERNELS_SHAPES): the price
 #            table's A76 column (docs/bench/kernels-a76-sizes.json). Needs `prepare`.
+#   build-count  (not run by default: ~20 min) guest instructions of `models build` on
+#            cortex-a76: the default fp16 set from the seeded release, as an owner's Pi
+#            runs it (docs/bench/build-a76.json). Needs `prepare`.
 #
 # qemu 7.2 (bookworm) shows the host's /proc/cpuinfo to the guest, which would make
 # LiteRT's cpuinfo and our fp16 policy see an x86 CPU: each run binds a Raspberry Pi
@@ -329,6 +332,21 @@ run_kernel_sizes() {
     echo "kernel-sizes: $out/report.json"
 }
 
+# What `models build` costs on the A76 (not run by default; by hand, after prepare): the
+# guest instructions of one build of the default fp16 set (size 504, four aspects, and
+# the stage programs) from the seeded release the lane's models come from. A relative
+# cost, never a time; docs/performance.md turns it into a Pi 5 estimate.
+run_build_count() {
+    local out=${KERNELS_OUT:-$OUT/build-count} json=${BUILD_COUNT_JSON:-}
+    kcount_build "$out"
+    mkdir -p "$out/a76-build"
+    kcount_run "$out" cortex-a76 "$(cat "$LANE/models-path")" "$out/a76-build" \
+        --configs build --weights "$(cat "$LANE/weights-path")"
+    rm -rf "$out/a76-build/built"
+    uv run --frozen --no-sync python -m scripts.support.kernels report "$out/a76-build" \
+        --root "$ROOT" --json "${json:-$out/report.json}"
+}
+
 run_rss() {
     local models
     models=$(uv run --frozen --no-sync python -m scripts.support.models full)
@@ -381,6 +399,7 @@ for step in "${steps[@]}"; do
         kernels) timed "which micro-kernels run: cortex-a76, qemu max (i8mm, SME)" run_kernels ;;
         rss) timed "where a still's memory goes on cortex-a76" run_rss ;;
         kernel-sizes) timed "guest instructions per forward, per core size: cortex-a76" run_kernel_sizes ;;
-        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, kernels, installer, rss, kernel-sizes)" >&2; exit 2 ;;
+        build-count) timed "guest instructions of models build: cortex-a76" run_build_count ;;
+        *) echo "arm-lane.sh: unknown step $step (prepare, tests, snap, kernels, installer, rss, kernel-sizes, build-count)" >&2; exit 2 ;;
     esac
 done

@@ -2,6 +2,7 @@
 """Which micro-kernels one forward runs on the emulated Cortex-A76, per precision.
 
     python -m scripts.support.kernels run MODELS OUT [--configs fp32,fp16,int8,stages]   # in the arm64 root,
+    python -m scripts.support.kernels run MODELS OUT --configs build --weights DIR [--shapes ...]
                      # under qemu-aarch64 -plugin kcount.so,out=OUT/counts.txt (arm-lane.sh)
     python -m scripts.support.kernels report OUT... --root ROOT [--json FILE]   # on the host: name the code
     python -m scripts.support.kernels check FILE [--cpu a76|i8mm|sme]   # the lane's rule: int8 reaches KleidiAI
@@ -11,7 +12,10 @@
 one forward to warm it, then one more between two markers that scripts/arm/kcount.c
 (a qemu TCG plugin) turns into a count of every translated block that ran; the
 ExecuTorch stages (pre and post on da3-edge's runner) the same way. ``--cold`` (the
-lane's check) counts the first forward instead, without the warm one. ``report`` maps
+lane's check) counts the first forward instead, without the warm one. ``build`` counts
+`da3-edge models build` from the release in ``--weights`` (the fp16 cores of
+``--shapes``, default the 504 set the daemon's default config needs, and the stage
+programs), once, as an owner runs it: the release hashed and checked, the cores written. ``report`` maps
 the blocks to the guest's libraries (its /proc/self/maps) and to their ELF symbols:
 a function's calls are the runs of the block at its entry; its instructions are those
 of every block inside it. Instruction counts are qemu's guest instructions: a relative
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 MARKER_WHENCE = 0x6B63  # scripts/arm/kcount.c
-CONFIGS = ("fp32", "fp16", "fp16-off", "int8", "stages")
+CONFIGS = ("fp32", "fp16", "fp16-off", "int8", "stages", "build")
 
 
 # ---- in the guest ----------------------------------------------------------------
@@ -52,6 +56,7 @@ def run(
     configs: list[str],
     warm: bool = True,
     shapes: list[tuple[int, int]] | None = None,
+    weights: Path | None = None,
 ) -> None:
     import numpy as np
 
@@ -64,17 +69,21 @@ def run(
     segments: dict[str, dict[str, Any]] = {}
     rng = np.random.default_rng(0)
 
-    def measure(label: str, step: Any, **facts: Any) -> None:
-        if warm:
+    def measure(label: str, step: Any, cold: bool = not warm, **facts: Any) -> None:
+        if not cold:
             step()  # weights packed, buffers planned: the count is a steady forward's
         n = len(segments) + 1
         marker(0)
         step()
         marker(n)
-        segments[str(n)] = {"config": label, "warm": warm, **facts}
+        segments[str(n)] = {"config": label, "warm": not cold, **facts}
 
     for config in configs:
-        if config == "stages":
+        if config == "build":
+            if weights is None:
+                raise SystemExit("kernels.py: --configs build needs --weights DIR (a release)")
+            measure_build(weights, shapes, out / "built", measure)
+        elif config == "stages":
             measure_stages(manifest, measure, rng)
         elif shapes:  # each core size's cost: "fp16@378x504", ...
             for shape in shapes:
@@ -129,6 +138,32 @@ def measure_core(
         random_init=artifact.random_init,
     )
     core.close()
+
+
+def measure_build(
+    weights: Path, shapes: list[tuple[int, int]] | None, built: Path, measure: Any
+) -> None:
+    """`models build --weights WEIGHTS` of the fp16 cores at ``shapes`` (default: the
+    set of size 504, four aspects), with the stage programs, into ``built``: once, cold
+    (a second build of the same folder would be an owner's second run, not the first)."""
+    import shutil
+
+    from edge.corebuild import build_models
+    from edge.models import size_shapes
+
+    wanted = list(shapes or size_shapes(504))
+    shutil.rmtree(built, ignore_errors=True)
+    made: list[Any] = []
+
+    def build() -> None:
+        made[:] = build_models(weights, built, wanted, ["fp16"], progress=lambda _: None)
+
+    measure("build", build, cold=True, shapes=[list(s) for s in wanted], precision="fp16")
+    release = weights / "model.safetensors"
+    print(
+        f"kernels.py: built {len(made)} files, {sum(a.bytes for a in made) / 1e6:.1f} MB, "
+        f"from {release.stat().st_size / 1e6:.1f} MB"
+    )
 
 
 def measure_stages(manifest: Any, measure: Any, rng: Any) -> None:
@@ -439,6 +474,7 @@ def main(argv: list[str]) -> int:
         "check (which kernel families are reached) at half the emulated forwards; the "
         "counts then include the first run's set-up",
     )
+    p.add_argument("--weights", type=Path, help="the release folder --configs build reads")
     p = sub.add_parser("report")
     p.add_argument("out", type=Path, nargs="+", help="one or more run directories")
     p.add_argument("--root", type=Path, required=True, help="the arm64 root filesystem")
@@ -456,7 +492,7 @@ def main(argv: list[str]) -> int:
         from edge.models import parse_shape
 
         shapes = [parse_shape(s) for s in args.shapes.split(",")] if args.shapes else None
-        run(args.models, args.out, configs, warm=not args.cold, shapes=shapes)
+        run(args.models, args.out, configs, not args.cold, shapes, args.weights)
         return 0
     if args.cmd == "report":
         from scripts.support.generated import refuse_dirty
