@@ -68,6 +68,14 @@ class Plan:
         return len(self.files) + (self.user_data is not None) + len(self.stale)
 
 
+def partition(arg: str, windows: bool = os.name == "nt") -> Path:
+    """BOOTFS as the owner typed it. On Windows a bare drive (``E:``, where Imager's
+    bootfs appears) names that drive's current folder, not its top: it means ``E:\\``."""
+    if windows and len(arg) == 2 and arg[0].isascii() and arg[0].isalpha() and arg[1] == ":":
+        arg += "\\"
+    return Path(arg)
+
+
 def entry(boot: Path, name: str) -> Path | None:
     """``name`` at the top of the partition, whatever its case: FAT's names are
     case-insensitive, and some systems show an 8.3 name in capitals (CONFIG.TXT)."""
@@ -85,7 +93,7 @@ def check_partition(boot: Path) -> Path:
     if not boot.is_dir():
         raise CardError(
             f"{boot}: not a directory (the mounted boot partition, e.g. "
-            "/media/$USER/bootfs or /Volumes/bootfs)"
+            "/media/$USER/bootfs, /Volumes/bootfs or E:)"
         )
     if entry(boot, "config.txt") is None or entry(boot, "cmdline.txt") is None:
         raise CardError(

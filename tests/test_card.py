@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 import pytest
 import yaml
@@ -950,3 +950,14 @@ def test_a_url_with_a_login_never_goes_on_the_card(tmp_path: Path, flags: list[s
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "the URL carries a login" in proc.stderr and "secret" not in proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_bare_windows_drive_names_the_top_of_the_card() -> None:
+    """On Windows ``E:`` is the drive's current folder (not absolute), so BOOTFS ``E:``
+    is taken as ``E:\\``; every other form, and every form elsewhere, as typed."""
+    assert not PureWindowsPath("E:").is_absolute() and PureWindowsPath("E:\\").is_absolute()
+    for typed in ("E:", "e:"):
+        assert card.partition(typed, windows=True) == Path(typed + "\\")
+        assert card.partition(typed, windows=False) == Path(typed)
+    for typed in ("E:\\", "E:\\bootfs", "/media/owner/bootfs", "bootfs", "1:"):
+        assert card.partition(typed, windows=True) == Path(typed)

@@ -30,7 +30,12 @@ def parser() -> argparse.ArgumentParser:
         "da3-edge-install-failed.txt on the partition. Checks everything before writing "
         "anything; a second run changes nothing. Run from a da3-edge checkout.",
     )
-    p.add_argument("bootfs", metavar="BOOTFS", help="the mounted boot partition")
+    p.add_argument(
+        "bootfs",
+        metavar="BOOTFS",
+        help="the mounted boot partition (/media/$USER/bootfs on Linux, /Volumes/bootfs on macOS, "
+        "its drive on Windows, e.g. E:)",
+    )
     _model_options(p)
     p.add_argument(
         "--config",
@@ -254,7 +259,7 @@ def _no_login_in_urls(ns: argparse.Namespace) -> None:
 
 def main(args: Sequence[str] | None = None) -> int:
     ns = parser().parse_args(args)
-    boot = Path(ns.bootfs)
+    boot = card.partition(ns.bootfs)
     _no_login_in_urls(ns)
     card.check_partition(boot)  # the cheap refusals before the models are loaded
     with tempfile.TemporaryDirectory(prefix="da3-edge-card-") as name:
