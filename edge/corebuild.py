@@ -36,7 +36,7 @@ from edge import atomic
 from edge.errors import EdgeError, ModelNotFound, OutputError, WeightsError
 from edge.graphs import available, describe, template_name, templates_dir
 from edge.models import STAGE_KINDS, Artifact, Manifest, check_same_weights, sha256_file
-from edge.release import MODEL_NAME, PREFIX, Release, fold_norm, resample_pos_embed
+from edge.release import MODEL_NAME, PREFIX, Release, fold_bias, fold_weight, resample_pos_embed
 from edge.version import version
 
 MAGIC = b"DA3CORE\x01"
@@ -166,14 +166,22 @@ def inputs(recipe: Recipe) -> list[str]:
 
 def region_bytes(recipe: Recipe, release: Release, template: Template) -> bytes:
     """The bytes of one span, from the release."""
-    arrays = [release.get(name, template.tensors[name]) for name in inputs(recipe)]
     compute = recipe.get("compute")
-    if compute == "pos_embed":
-        value = resample_pos_embed(arrays[0], *template.shape)
-    elif compute == "fold":
-        value = fold_norm(*arrays)[recipe["part"] == "b"]
+    names = inputs(recipe)
+    if compute == "fold" and recipe["part"] == "b":
+        key = f"fold_bias {names[0]}"
+        if key not in release.derived:
+            weight, bias, _, beta = (release.get(n, template.tensors[n]) for n in names)
+            release.derived[key] = fold_bias(weight, bias, beta)
+        value = release.derived[key]
     else:
-        value = arrays[0]
+        arrays = [release.get(name, template.tensors[name]) for name in names]
+        if compute == "pos_embed":
+            value = resample_pos_embed(arrays[0], *template.shape)
+        elif compute == "fold":
+            value = fold_weight(arrays[0], arrays[2])
+        else:
+            value = arrays[0]
     plain = {k: v for k, v in recipe.items() if k in ("take", "perm", "dtype")}
     return apply(plain, value).tobytes()
 

@@ -74,6 +74,9 @@ class Release:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = resolve_weights_file(path)
+        # Values computed from the release that every core of a build holds the same
+        # (corebuild's folded biases), kept for the next core.
+        self.derived: dict[str, np.ndarray] = {}
         self._fh: BinaryIO = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         try:
             self.tensors, self.metadata = self._header()
@@ -227,15 +230,27 @@ def fold_norm(
     weight: np.ndarray, bias: np.ndarray, gamma: np.ndarray, beta: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """``linear(layer_norm(x) * gamma + beta)`` as one linear on the plain normalised x:
-    weight * gamma, and bias + weight @ beta summed exactly (``math.fsum`` of float64
-    products, which are exact for float32 factors) and rounded once: float32 results
-    that do not depend on the machine's BLAS."""
-    folded = (weight * gamma[None, :]).astype(np.float32)
-    products = weight.astype(np.float64) * beta.astype(np.float64)[None, :]
-    sums = [
-        math.fsum([float(b), *row]) for b, row in zip(bias.tolist(), products.tolist(), strict=True)
-    ]
-    return folded, np.asarray(sums, dtype=np.float64).astype(np.float32)
+    ``fold_weight`` and ``fold_bias``."""
+    return fold_weight(weight, gamma), fold_bias(weight, bias, beta)
+
+
+def fold_weight(weight: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """The folded linear's weight: weight * gamma, column by column."""
+    folded: np.ndarray = (weight * gamma[None, :]).astype(np.float32)
+    return folded
+
+
+def fold_bias(weight: np.ndarray, bias: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """The folded linear's bias: bias + weight @ beta summed exactly (``math.fsum`` of
+    float64 products, which are exact for float32 factors) and rounded once: float32
+    results that do not depend on the machine's BLAS. The costly part of a build (a
+    row's exact sum in Python), so a build computes it once per block, not per core."""
+    rows = (weight.astype(np.float64) * beta.astype(np.float64)[None, :]).tolist()
+    sums = []
+    for row, b in zip(rows, bias.tolist(), strict=True):
+        row.append(b)  # an exact sum does not depend on the order
+        sums.append(math.fsum(row))
+    return np.asarray(sums, dtype=np.float64).astype(np.float32)
 
 
 # -- what the shape alone makes ---------------------------------------------------------
