@@ -36,7 +36,7 @@
 #   kernel-sizes  (not run by default) guest instructions of one fp16 forward on
 #            cortex-a76 at each core size (KERNELS_MODELS, KERNELS_SHAPES): the price
 #            table's A76 column (docs/bench/kernels-a76-sizes.json). Needs `prepare`.
-#   build-count  (not run by default: ~20 min) guest instructions of `models build` on
+#   build-count  (not run by default: ~1 min) guest instructions of `models build` on
 #            cortex-a76: the default fp16 set from the seeded release, as an owner's Pi
 #            runs it (docs/bench/build-a76.json). Needs `prepare`.
 #
