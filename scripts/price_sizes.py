@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.support import ROOT
-from scripts.support.generated import refuse_dirty
+from scripts.support.measured import refuse_dirty
 from scripts.support.sizes import IMAGE, PRECISIONS, summarise
 
 SIZES = (504, 448, 392, 336, 280, 224)

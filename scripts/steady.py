@@ -27,7 +27,7 @@ from edge.bench import git_revision, machine_info, to_json
 from edge.config import StoreConfig
 from edge.steady import Steady
 from scripts.support import sequences
-from scripts.support.generated import refuse_dirty
+from scripts.support.measured import refuse_dirty
 from scripts.support.store import depth_frame
 
 FRAMES, CUT_AT = 60, 30

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.support import ROOT, generated
+from scripts.support import ROOT, generated, measured
 
 
 @pytest.mark.parametrize("part", generated.PARTS, ids=lambda p: p.name)
@@ -172,18 +172,18 @@ def test_the_changelog_is_for_users() -> None:
 
 def test_a_table_refuses_a_measurement_from_a_dirty_tree(tmp_path: Path) -> None:
     """A committed figure comes from a commit: a measurement whose revision ends in
-    +dirty is refused unless generated.MEASURED_DIRTY names it and why; each one named
+    +dirty is refused unless measured.MEASURED_DIRTY names it and why; each one named
     there is still so (the list only shrinks)."""
-    for name in generated.MEASURED_DIRTY:
-        data = generated.load_measurement(generated.BENCH / name)
-        assert generated.revision(data).endswith("+dirty"), f"{name} is clean now: drop it"
+    for name in measured.MEASURED_DIRTY:
+        data = measured.load_measurement(measured.BENCH / name)
+        assert measured.revision(data).endswith("+dirty"), f"{name} is clean now: drop it"
     dirty = tmp_path / "new-x86_64.json"
     dirty.write_text('{"machine": {"git_revision": "abc1234+dirty"}}')
-    with pytest.raises(generated.DirtyMeasurement, match=r"abc1234\+dirty"):
-        generated.load_measurement(dirty)
+    with pytest.raises(measured.DirtyMeasurement, match=r"abc1234\+dirty"):
+        measured.load_measurement(dirty)
     clean = tmp_path / "clean-x86_64.json"
     clean.write_text('{"_run": {"revision": "abc1234"}}')
-    assert generated.load_measurement(clean) == {"_run": {"revision": "abc1234"}}
+    assert measured.load_measurement(clean) == {"_run": {"revision": "abc1234"}}
 
 
 def test_a_tool_will_not_measure_into_docs_bench_from_a_dirty_tree(
@@ -193,10 +193,10 @@ def test_a_tool_will_not_measure_into_docs_bench_from_a_dirty_tree(
 
     monkeypatch.setattr(bench, "git_revision", lambda: "abc1234+dirty")
     with pytest.raises(SystemExit, match="uncommitted changes"):
-        generated.refuse_dirty(generated.BENCH / "sizes-x86_64.json")
-    generated.refuse_dirty(tmp_path / "scratch.json")  # outside docs/bench: allowed
+        measured.refuse_dirty(measured.BENCH / "sizes-x86_64.json")
+    measured.refuse_dirty(tmp_path / "scratch.json")  # outside docs/bench: allowed
     monkeypatch.setattr(bench, "git_revision", lambda: "abc1234")
-    generated.refuse_dirty(generated.BENCH / "sizes-x86_64.json")
+    measured.refuse_dirty(measured.BENCH / "sizes-x86_64.json")
 
 
 def links(page: Path, docs: Path) -> set[Path]:

@@ -208,6 +208,59 @@ def test_the_rule_finds_a_daemon_that_imports_a_reader(tmp_path: Path) -> None:
     ]
 
 
+def circles(root: Path) -> list[list[str]]:
+    """The import circles among the checkout's modules (lazy imports included): each a
+    strongly connected set of two or more, sorted."""
+    known = modules(root)
+    graph = {
+        name: sorted({t for _, t in imported(name, path, known) if t in known and t != name})
+        for name, path in known.items()
+    }
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            part = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_circle_in_edge_scripts_or_tests() -> None:
+    assert circles(ROOT) == []
+
+
+def test_the_circle_rule_finds_a_lazy_circle(tmp_path: Path) -> None:
+    tree = {
+        "scripts/__init__.py": "",
+        "scripts/support/__init__.py": "",
+        "scripts/support/a.py": "from scripts.support import b\n",
+        "scripts/support/b.py": "def f():\n    from scripts.support.c import g\n",
+        "scripts/support/c.py": "import scripts.support.a\n",
+        "scripts/support/d.py": "from scripts.support import a\n",
+    }
+    for name, text in tree.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert circles(tmp_path) == [["scripts.support.a", "scripts.support.b", "scripts.support.c"]]
+
+
 def shipped_for_maintainers(root: Path) -> list[str]:
     """Public top-level functions and classes of edge/ whose name appears nowhere else in
     the package, nor among pyproject.toml's entry points: shipped, though only the

@@ -495,7 +495,7 @@ def main(argv: list[str]) -> int:
         run(args.models, args.out, configs, not args.cold, shapes, args.weights)
         return 0
     if args.cmd == "report":
-        from scripts.support.generated import refuse_dirty
+        from scripts.support.measured import refuse_dirty
 
         refuse_dirty(args.json)
         data: dict[str, Any] = {"_run": provenance(args.root)}

@@ -17,7 +17,7 @@ from edge import bench
 from edge.commands import options
 from edge.models import LONGEST_SIDE
 from scripts.support import ROOT, compare_pytorch
-from scripts.support.generated import refuse_dirty
+from scripts.support.measured import refuse_dirty
 
 from . import peer, report
 from .measure import core_latency, daemon_rounds, gemm_peak, network_flops, still, tool
