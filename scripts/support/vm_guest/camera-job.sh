@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The camera's set-up in the VM, and its parts: sourced into a job's run.sh
 # (scripts/support/vm.py ``job``); the job's files are in /job.
 mkdir -p /job/frames /opt/picamera2 /opt/src
@@ -15,6 +16,7 @@ virtual_camera() {
 # python3-libcamera there), behind the test set-up's patches (scripts/support/vm_picamera2).
 # PY: the installer's venv.
 PYPATH=/opt/src/scripts/support/vm_picamera2:/opt/picamera2
+# shellcheck disable=SC2034  # PY: read by the parts sourced after this one
 PY=/opt/da3-edge/venv/bin/python
 
 # daemon FRAMES [WAIT]: the unit (re)started with the picamera2 config, until FRAMES

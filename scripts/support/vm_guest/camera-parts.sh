@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Boot 2 of tests/test_vm.py, after check.sh and camera-job.sh: the camera's turn on
 # the installed system. Set before it: W, H (the virtual camera's size), SMALL (the
 # small stream the daemon asks for, WxH), DAEMON_FRAMES, DAEMON_WAIT_S. The fake

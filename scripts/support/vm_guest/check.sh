@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Run in the VM after each boot, as root (tests/test_vm.py): cloud-init's verdict, then
 # what the boot left, into /job. Set before it: BOOT (1: wait for the fake camera's
 # first frames; 2: for the unit to be up), INSTALL_S, FRAMES, FRAME_WAIT_S, UP_WAIT_S,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Boot 1, after check.sh: the owner's side of the card, as the Imager user in a login
 # shell (what an SSH session gets), into /job. Set before it: VM_USER, FRAME_WAIT_S,
 # PROBE_WAIT_S, SIZES (two core sizes: the config's, then another, whose core the set

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Boot 2, after check.sh (its snapshot taken): `da3-edge update` as the owner runs it
 # over SSH, from wheels the host made (/job/wheels): the next version, which must keep
 # /etc/da3-edge (config, credentials) and the models (SHA-256 before and after) and
