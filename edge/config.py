@@ -24,8 +24,8 @@ from typing import Any
 from edge.errors import ConfigError
 from edge.fov import HFOV_RANGE
 from edge.models import PRECISIONS, check_size
+from edge.outputs import DEFAULT_FORMATS, FORMATS
 from edge.stages import CHOICES
-from edge.store.layout import DEFAULT_FORMATS, FORMATS
 
 STAGES = CHOICES
 STORE_SIZES = ("core", "camera")  # store.size

@@ -36,10 +36,10 @@ import numpy as np
 from edge import __version__, atomic, geometry
 from edge.depth import DepthFrame
 from edge.fov import FieldOfView
+from edge.outputs import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
+from edge.outputs import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
+from edge.outputs import SUFFIXES as SUFFIXES
 from edge.steady import Alignment
-from edge.store.layout import DEFAULT_FORMATS as DEFAULT_FORMATS  # re-exported
-from edge.store.layout import FORMATS as FORMATS  # re-exported: callers say frames.FORMATS
-from edge.store.layout import SUFFIXES as SUFFIXES
 
 # Inferno as a degree-6 polynomial per channel (Matt Zucker's fit of matplotlib's map).
 _INFERNO = np.array(

@@ -1,4 +1,4 @@
-"""Names on disk: the output formats of a frame and the frame store's layout.
+"""Names on disk: the frame store's layout (a frame's formats: edge.outputs).
 
 Free of numpy, as the whole reading side of the store is, so that what only reads a
 store (``da3-edge serve``, the MQTT publisher) and the config can know the names
@@ -13,21 +13,7 @@ import sys
 from pathlib import Path
 
 from edge.errors import ConfigError
-
-# What a frame can be written as, and each format's file suffix after the stem: the
-# depth (16-bit PNG, npz with confidence, colour preview), the record, and the scene the
-# depth came from (the camera frame as JPEG, at the outputs' size). All but the scene by
-# default (DEFAULT_FORMATS).
-FORMATS = ("png", "npz", "preview", "json", "rgb")
-DEFAULT_FORMATS = ("png", "npz", "preview", "json")
-SUFFIXES = {
-    "png": ".depth.png",
-    "npz": ".npz",
-    "preview": ".preview.png",
-    "json": ".json",
-    "rgb": ".rgb.jpg",
-    "ply": ".ply",  # a point cloud: snap --ply writes one; serve makes /latest.ply itself
-}
+from edge.outputs import SUFFIXES
 
 # The store: frames/<10-digit seq>/frame.<suffix>, `latest` pointing at the newest.
 FRAMES = "frames"
