@@ -31,6 +31,7 @@ from scripts.support import processes
 from scripts.support.broker import Broker, Listener
 from scripts.support.daemon import Command, DaemonProcess, frame_dirs
 from scripts.support.daemon import daemon as start
+from scripts.support.tools import require_tool
 
 USER, PASSWORD = "da3edge", "pa55-word"
 
@@ -286,12 +287,13 @@ def test_sigkill_leaves_offline_and_a_broker_restart_is_survived(
 
 def make_ca(d: Path, name: str) -> tuple[Path, Path]:
     """A CA made here with openssl: (certificate, key)."""
+    openssl = require_tool("openssl", "apt install openssl")
     d.mkdir(parents=True, exist_ok=True)
     ca, key = d / f"{name}.pem", d / f"{name}.key"
     new_key = ["-newkey", "rsa:2048", "-nodes", "-keyout", str(key)]
     details = ["-days", "2", "-subj", f"/CN={name}"]
     subprocess.run(
-        ["openssl", "req", "-x509", *new_key, "-out", str(ca), *details],
+        [openssl, "req", "-x509", *new_key, "-out", str(ca), *details],
         check=True,
         capture_output=True,
     )
@@ -299,18 +301,19 @@ def make_ca(d: Path, name: str) -> tuple[Path, Path]:
 
 
 def server_cert(d: Path, ca: Path, ca_key: Path) -> tuple[Path, Path]:
+    openssl = require_tool("openssl", "apt install openssl")
     key, csr, cert, ext = d / "server.key", d / "server.csr", d / "server.pem", d / "san.ext"
     ext.write_text("subjectAltName=IP:127.0.0.1\n")
     new_key = ["-newkey", "rsa:2048", "-nodes", "-keyout", str(key)]
     subprocess.run(
-        ["openssl", "req", *new_key, "-out", str(csr), "-subj", "/CN=127.0.0.1"],
+        [openssl, "req", *new_key, "-out", str(csr), "-subj", "/CN=127.0.0.1"],
         check=True,
         capture_output=True,
     )
     signer = ["-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial"]
     out = ["-out", str(cert), "-days", "2", "-extfile", str(ext)]
     subprocess.run(
-        ["openssl", "x509", "-req", "-in", str(csr), *signer, *out], check=True, capture_output=True
+        [openssl, "x509", "-req", "-in", str(csr), *signer, *out], check=True, capture_output=True
     )
     return cert, key
 
