@@ -19,6 +19,7 @@ import errno
 import gzip
 import os
 import shutil
+import stat
 import tarfile
 import time
 import urllib.error
@@ -108,7 +109,14 @@ def download(
     its SHA-256 checked against ``want``; PackError on a mismatch (``dest`` removed: a
     wrong file is not resumed), past ``limit`` bytes or on a full disk (removed too), and
     for a server that stops answering (``dest`` kept: run again to resume)."""
-    have = dest.stat().st_size if dest.exists() else 0
+    try:
+        found = os.lstat(dest)
+    except FileNotFoundError:
+        have = 0
+    else:
+        if not stat.S_ISREG(found.st_mode):
+            raise OutputError(f"{dest}: not a regular file where the download goes: refused")
+        have = found.st_size
     if limit is not None and have > limit:
         dest.unlink()
         have = 0
@@ -144,7 +152,7 @@ def _receive(
         raise PackError(f"{url}: {_size(total)}, over the {_size(limit)} expected: not downloaded")
     if total is not None:
         _room(dest.parent, total - done, url)
-    with dest.open("ab" if resumed else "wb") as fh:
+    with _open_partial(dest, bool(resumed)) as fh:
         try:
             while chunk := response.read(CHUNK):
                 done += len(chunk)
@@ -170,6 +178,24 @@ def _receive(
             f"{url}: the download stopped at {_size(done)} of {_size(total)}; "
             "run the same command again to resume"
         )
+
+
+def _open_partial(dest: Path, append: bool) -> BinaryIO:
+    """The download's file, never through a link (another user who can write its folder
+    may plant one at the name) and only a regular file; OutputError in one line when it
+    cannot be opened (a folder this user cannot write)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(dest, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputError(f"{dest}: a link where the download goes: refused") from None
+        raise OutputError(f"{dest}: cannot write the download there ({why(exc)})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(f"{dest}: not a regular file where the download goes: refused")
+    return os.fdopen(fd, "ab" if append else "wb")
 
 
 class _Oversize(Exception):

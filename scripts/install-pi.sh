@@ -877,14 +877,18 @@ same_models() {  # same model files, same bytes?
 }
 CHANGED_MODELS=0
 # An older install's models, in the service user's directory: renamed (rename(2) follows
-# no link) into a folder only root can enter, so nothing can change them from then on;
-# of what arrives there, plain files with one name are staged like any models, the rest
+# no link) into a folder only root can enter, then made root's own, so nothing can change
+# them from then on (a process of the service user's whose working directory is inside
+# still reaches the folder, not through its path: the folder's owner and mode stop it);
+# of what is there, plain files with one name are staged like any models, the rest
 # (links, hard links to other files) dropped, and the service's copy is gone either way.
 if [ -e "$OLD_MODELS" ] || [ -L "$OLD_MODELS" ]; then
     step "models: out of $STATE"
     HOLD=$(mktemp -d /var/lib/.da3-edge-models.XXXXXX)
     mv -T "$OLD_MODELS" "$HOLD/models"
     if [ -d "$HOLD/models" ] && [ ! -L "$HOLD/models" ]; then
+        chown root:root "$HOLD/models"
+        chmod 0700 "$HOLD/models"
         dropped=$(find "$HOLD/models" -mindepth 1 \( ! -type f -o -links +1 \) -printf '%P ' \
             -prune -exec rm -rf {} +)
         [ -z "$dropped" ] || note "dropped (not a plain file): $dropped"

@@ -15,7 +15,7 @@ import pytest
 from edge import packs
 from edge.fakecore import fake_models
 from scripts.support.httpfile import Server
-from scripts.support.tools import run_main
+from scripts.support.tools import as_user, run_main, world_readable
 
 
 @pytest.fixture
@@ -245,6 +245,42 @@ def test_pack_never_writes_through_a_link_planted_beside_its_output(
     assert proc.returncode == 0, proc.stderr
     assert victim.read_bytes() == b"root's file\n"
     assert hashlib.sha256(out.read_bytes()).hexdigest() == packed[1]
+
+
+def test_pull_never_writes_through_a_link_planted_at_its_download(
+    packed: tuple[Path, str], server: Server, tmp_path: Path
+) -> None:
+    """The download's name beside the output is known in advance (resumed runs find
+    it): a link planted there by another user who can write the folder is refused, and
+    its target left as it was."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root's file\n")
+    out = tmp_path / "shared" / "models"
+    out.parent.mkdir()
+    (out.parent / f".models.{packed[1][:16]}.tar.gz").symlink_to(victim)
+    code, _, stderr = pull(server.url, packed[1], out)
+    assert code == 1 and stderr.splitlines() == [
+        f"da3-edge: error: {out.parent}/.models.{packed[1][:16]}.tar.gz: not a regular file "
+        "where the download goes: refused"
+    ], stderr
+    assert victim.read_bytes() == b"root's file\n" and not out.exists()
+
+
+@pytest.mark.root
+def test_pull_into_a_folder_the_user_cannot_write_is_one_line(
+    packed: tuple[Path, str], server: Server
+) -> None:
+    with world_readable() as base:
+        folder = base / "roots"
+        folder.mkdir(mode=0o755)
+        out = folder / "models"
+        args = ["models", "pull", server.url, "--sha256", packed[1], "--out", str(out)]
+        proc = as_user(65534, 65534, "", *args, cwd=base)
+        assert proc.returncode == 1 and proc.stderr.splitlines() == [
+            f"da3-edge: error: {folder}/.models.{packed[1][:16]}.tar.gz: cannot write the "
+            "download there (Permission denied)"
+        ], proc.stderr
+        assert list(folder.iterdir()) == []
 
 
 @pytest.mark.parametrize("url", ["ftp://example.org/m.tar.gz", "data:,hello", "gopher://x/"])

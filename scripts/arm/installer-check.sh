@@ -343,11 +343,27 @@ PY
     mv "$ROOT/opt/da3-edge/models" "$ROOT/var/lib/da3-edge/models"
     in_root chown -R da3-edge:da3-edge /var/lib/da3-edge/models
     as_daemon ln -s /root/victim-file /var/lib/da3-edge/models/extra.tflite
+    # A process of the service user's working inside that folder plants a new link to
+    # root's file there every few milliseconds while the installer runs (a rename moves
+    # the folder, and the working directory with it): none may be copied.
+    rm -f "$ROOT/tmp/stop-racer"
+    as_daemon bash -c 'cd /var/lib/da3-edge/models || exit 1; i=0
+        while [ ! -e /tmp/stop-racer ]; do
+            i=$((i + 1)); ln -s /root/victim-file "racer$i.tflite" 2>/dev/null; sleep 0.01
+        done; echo "$i" >/tmp/racer-rounds' &
+    racer=$!
     install_run run6b --from "/mnt/dist/$WHEEL" || bad "models of an older install: exit non-zero"
+    : >"$ROOT/tmp/stop-racer"
+    wait "$racer" || true
+    check "models of an older install: a racer planted links all along ($(cat "$ROOT/tmp/racer-rounds" 2>/dev/null) rounds)" \
+        test -s "$ROOT/tmp/racer-rounds"
+    rm -f "$ROOT/tmp/stop-racer" "$ROOT/tmp/racer-rounds"
     check "models of an older install: moved to /opt/da3-edge/models ($(model_files))" \
         test "$(model_files)" = "$(echo "$before_files" | sed 's/\.tar-sha256 //')" -a ! -e "$ROOT/var/lib/da3-edge/models"
+    check "models of an older install: no file of the models holds root's file" \
+        test -z "$(grep -rlx secret "$ROOT/opt/da3-edge/models" 2>/dev/null)"
     check "models of an older install: the planted link dropped, root's" \
-        grep -q "dropped (not a plain file): extra.tflite" "$WORK/run6b.out"
+        grep -q "dropped (not a plain file): .*extra.tflite" "$WORK/run6b.out"
     writable=$(service_writable)
     check "models of an older install: the service user can write nothing where the installer writes${writable:+: $writable}" test -z "$writable"
 
