@@ -30,6 +30,10 @@ COMMANDS = {
         "edge.commands.record",
         "the store's frames into MCAP for Foxglove and ROS 2 tools (depth, points)",
     ),
+    "foxglove": (
+        "edge.commands.foxglove",
+        "the store's frames live in the Foxglove app (WebSocket, loopback)",
+    ),
     "doctor": ("edge.commands.doctor", "check this machine: CPU, LiteRT, models, cameras, store"),
     "bench": ("edge.commands.bench", "benchmark: latency per stage, load, cold start, peak RSS"),
     "install-executorch": (

@@ -77,21 +77,14 @@ def needs_sdk() -> Any:
     return foxglove
 
 
-class Recorder:
-    """An MCAP file being written, a frame at a time (``add``); ``close`` finishes it."""
+class Logger:
+    """Frames as Foxglove messages on ``context``'s channels (``add``): what a
+    recording writes and what ``da3-edge foxglove`` sends live."""
 
-    def __init__(self, out: Path, compression: str = "zstd") -> None:
-        foxglove = needs_sdk()
+    def __init__(self, context: Any) -> None:
         from foxglove import channels
-        from foxglove import mcap as fmcap
 
-        kinds = {"zstd": fmcap.MCAPCompression.Zstd, "lz4": fmcap.MCAPCompression.Lz4}
-        options = fmcap.MCAPWriteOptions(compression=kinds.get(compression), profile="")
-        self.context = foxglove.Context()
-        try:
-            self.writer = foxglove.open_mcap(out, context=self.context, writer_options=options)
-        except Exception as exc:  # the SDK's own error type for a file that exists
-            raise OutputError(f"{out}: cannot write the recording ({exc})") from None
+        self.context = context
         self._make = {
             "depth": channels.RawImageChannel,
             "confidence": channels.RawImageChannel,
@@ -103,7 +96,8 @@ class Recorder:
         self._channels: dict[str, Any] = {}
         self.recorded = Recorded()
 
-    def _channel(self, name: str) -> Any:
+    def channel(self, name: str) -> Any:
+        """The channel ``/da3/NAME``, made (and advertised) the first time."""
         if name not in self._channels:
             make = self._make[name]
             self._channels[name] = make(f"/da3/{name}", metadata=RELATIVE, context=self.context)
@@ -130,13 +124,13 @@ class Recorder:
                 step=4 * w,
                 data=np.ascontiguousarray(values, "<f4").tobytes(),
             )
-            self._channel(name).log(image, log_time=log_time)
+            self.channel(name).log(image, log_time=log_time)
         if frame.picture is not None:
             picture = m.CompressedImage(
                 timestamp=stamp, frame_id=FRAME_ID, data=frame.picture, format=frame.picture_format
             )
             topic = "scene" if frame.picture_format == "jpeg" else "preview"
-            self._channel(topic).log(picture, log_time=log_time)
+            self.channel(topic).log(picture, log_time=log_time)
         self.recorded.random_init |= frame.random_init
         if frame.fov.degrees is None:
             self.recorded.why_no_cloud = frame.fov.source
@@ -163,11 +157,28 @@ class Recorder:
             R=[1, 0, 0, 0, 1, 0, 0, 0, 1],
             P=[k.fx, 0, k.cx, 0, 0, k.fy, k.cy, 0, 0, 0, 1, 0],
         )
-        self._channel("calibration").log(calibration, log_time=log_time)
+        self.channel("calibration").log(calibration, log_time=log_time)
         colours = frame.colours()
         cloud = geometry.cloud_of(frame.depth, frame.conf, colours, frame.fov, frame.source_size)
-        self._channel("points").log(point_cloud(cloud, stamp), log_time=log_time)
+        self.channel("points").log(point_cloud(cloud, stamp), log_time=log_time)
         self.recorded.clouds += 1
+
+
+class Recorder(Logger):
+    """An MCAP file being written, a frame at a time (``add``); ``close`` finishes it."""
+
+    def __init__(self, out: Path, compression: str = "zstd") -> None:
+        foxglove = needs_sdk()
+        from foxglove import mcap as fmcap
+
+        kinds = {"zstd": fmcap.MCAPCompression.Zstd, "lz4": fmcap.MCAPCompression.Lz4}
+        options = fmcap.MCAPWriteOptions(compression=kinds.get(compression), profile="")
+        context = foxglove.Context()
+        try:
+            self.writer = foxglove.open_mcap(out, context=context, writer_options=options)
+        except Exception as exc:  # the SDK's own error type for a file that exists
+            raise OutputError(f"{out}: cannot write the recording ({exc})") from None
+        super().__init__(context)
 
     def close(self) -> Recorded:
         """Finish the file: its metadata, summary and footer."""

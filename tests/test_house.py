@@ -158,10 +158,17 @@ def test_the_import_rule_finds_each_wrong_arrow(tmp_path: Path) -> None:
 
 
 # Inside edge: the daemon writes through the store and reaches no consumer (serve,
-# publish, a store's reader or follower); the store's writer (the ring) reads nothing
+# publish, record and foxglove, a store's reader or follower); the store's writer (the ring) reads nothing
 # of the reader side; the reader side loads no array code.
 MAY_NOT = {
-    "edge.daemon": ("edge.serve", "edge.publish", "edge.store.read", "edge.store.follow"),
+    "edge.daemon": (
+        "edge.serve",
+        "edge.publish",
+        "edge.record",
+        "edge.foxglove_live",
+        "edge.store.read",
+        "edge.store.follow",
+    ),
     "edge.store.ring": ("edge.store.read", "edge.store.follow"),
     "edge.store.read": ("numpy", "edge.store.ring", "edge.frames"),
     "edge.store.follow": ("numpy", "edge.store.ring", "edge.frames"),

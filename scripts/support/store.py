@@ -76,13 +76,21 @@ def board_store(
 
 
 def write_board(
-    store: FrameStore, seen: FieldOfView, n: int = 0, size: tuple[int, int] = (120, 160)
+    store: FrameStore,
+    seen: FieldOfView,
+    n: int = 0,
+    size: tuple[int, int] = (120, 160),
+    t_capture: float | None = None,
 ) -> None:
-    """Frame ``n`` of the board scene, its depth at ``size``, its picture twice that."""
+    """Frame ``n`` of the board scene, its depth at ``size``, its picture twice that
+    (its record's ``t_capture`` when given)."""
     h, w = size
     scene = board_and_wall((2 * h, 2 * w), 66.0, tilt=30.0)
     frame = depth_frame(n, size)
     frame.depth = board_and_wall(size, 66.0, tilt=30.0).depth
     frame.conf = np.full(size, 2.0, np.float32)
     frame.source_size, frame.rgb, frame.fov = (2 * h, 2 * w), scene.rgb, seen
-    store.write(frame, {"t_written": time.time(), "camera_seq": n})
+    record: dict[str, float] = {"t_written": time.time(), "camera_seq": n}
+    if t_capture is not None:
+        record["t_capture"] = t_capture
+    store.write(frame, record)
