@@ -70,6 +70,13 @@ MAY_IMPORT = {
 }
 
 
+def lay_out(root: Path, tree: dict[str, str]) -> None:
+    """Files of a made-up checkout: path -> text."""
+    for name, text in tree.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def layer(module: str) -> str | None:
     return next((n for n in LAYERS if module == n or module.startswith(n + ".")), None)
 
@@ -145,9 +152,7 @@ def test_the_import_rule_finds_each_wrong_arrow(tmp_path: Path) -> None:
         "tests/test_a.py": "import scripts.soak\nfrom scripts.support import replay\n",
         "tests/test_b.py": "from .test_a import x\nfrom edge.bench import f\n",
     }
-    for name, text in tree.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    lay_out(tmp_path, tree)
     assert [arrow.split(" ", 1)[1] for arrow in wrong_arrows(tmp_path)] == [
         "edge.bench -> scripts.support.replay",
         "scripts.support.replay -> scripts.soak",
@@ -205,9 +210,7 @@ def test_the_rule_finds_a_daemon_that_imports_a_reader(tmp_path: Path) -> None:
         "edge/store/ring.py": "from edge.store import follow\n",
         "edge/store/read.py": "import numpy as np\n",
     }
-    for name, text in tree.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    lay_out(tmp_path, tree)
     assert [arrow.split(" ", 1)[1] for arrow in forbidden_arrows(tmp_path)] == [
         "edge.daemon.service -> edge.store.read",
         "edge.store.read -> numpy",
@@ -262,9 +265,7 @@ def test_the_circle_rule_finds_a_lazy_circle(tmp_path: Path) -> None:
         "scripts/support/c.py": "import scripts.support.a\n",
         "scripts/support/d.py": "from scripts.support import a\n",
     }
-    for name, text in tree.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    lay_out(tmp_path, tree)
     assert circles(tmp_path) == [["scripts.support.a", "scripts.support.b", "scripts.support.c"]]
 
 
