@@ -865,6 +865,20 @@ if [ -n "$BUILD_FROM" ]; then
 fi
 
 # ---------------------------------------------------------------------------- models, installed
+# listed_files DIR: manifest.json, then each file DIR's manifest lists (a plain name),
+# a line each; the manifest's own checks come later (models --verify).
+listed_files() {
+    python3 -I -c 'import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        names = [a.get("file") for a in json.load(fh)["artifacts"]]
+except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    names = []
+print("manifest.json")
+for name in names:
+    if isinstance(name, str) and name and "/" not in name and "\n" not in name and name not in (".", ".."):
+        print(name)' "$1/manifest.json"
+}
 same_models() {  # same model files, same bytes?
     local a=$1 b=$2 f
     [ -d "$b" ] || return 1
@@ -908,9 +922,20 @@ if [ -n "$NEW_MODELS" ]; then
         note "unchanged: same files as $NEW_MODELS"
     else
         stage=$(mktemp -d "$OPT/.models-new.XXXXXX")
-        for f in "$NEW_MODELS"/manifest.json "$NEW_MODELS"/*.tflite "$NEW_MODELS"/*.pte; do
-            [ -e "$f" ] && cp -- "$f" "$stage/"
+        # The manifest and the files it lists, each a plain file (root copies them, then
+        # makes them readable to all): never a link, nothing else from the folder.
+        [ ! -L "$NEW_MODELS/manifest.json" ] || die "$NEW_MODELS/manifest.json: a link: refused"
+        while IFS= read -r name; do
+            f=$NEW_MODELS/$name
+            [ -e "$f" ] || [ -L "$f" ] || continue
+            { [ -f "$f" ] && [ ! -L "$f" ]; } || die "$f: not a plain file: refused"
+            cp -- "$f" "$stage/"
+        done < <(listed_files "$NEW_MODELS")
+        unlisted=()
+        for f in "$NEW_MODELS"/*.tflite "$NEW_MODELS"/*.pte; do
+            { [ -e "$f" ] || [ -L "$f" ]; } && [ ! -e "$stage/${f##*/}" ] && unlisted+=("${f##*/}")
         done
+        [ ${#unlisted[@]} -eq 0 ] || note "not in its manifest, not copied: ${unlisted[*]}"
         chmod 0755 "$stage"
         chmod 0644 "$stage"/*
         # Checked (sizes, SHA-256, each core model loads) before it replaces anything, as

@@ -512,6 +512,7 @@ PY
     python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=2)' \
         "$ROOT/opt/da3-edge/models/manifest.json" "$ROOT/tmp/set-b/manifest.json"
     { cat "$ROOT/etc/da3-edge/da3-edge.toml"; echo "# set b"; } >"$ROOT/tmp/set-b/da3-edge.toml"
+    printf 'stray\n' >"$ROOT/tmp/set-b/stray.tflite"  # in the folder, not in its manifest
     in_service >"$WORK/set-a.state"
     settled() {  # settled NAME EXPECTED: --recover ran, nothing of the update left, EXPECTED in service
         install_run "$1-boot" --recover || return 1
@@ -538,6 +539,9 @@ PY
     in_service >"$WORK/set-b.state"
     check "update sent SIGHUP at the switch: finished ($(head -n 1 "$WORK/set-b.state")), the record gone" \
         test "$(head -n 1 "$WORK/set-b.state")" = "da3-edge $NEXT_VERSION" -a ! -e "$ROOT/opt/da3-edge/.update"
+    check "update: a file the models' manifest does not list was not copied, and said so" \
+        grep -q "not in its manifest, not copied: stray.tflite" "$WORK/hup-switch.out"
+    check "... nor is it in the models in service" test ! -e "$ROOT/opt/da3-edge/models/stray.tflite"
     RUN_ENV=DA3_EDGE_INSTALL_KILL_AT=up install_run kill-up \
         --from "/mnt/dist/$WHEEL" --models /tmp/set-a --config /tmp/set-a/da3-edge.toml || rc=$?
     check "update back, killed once it stood ('up', exit ${rc:-0}): the record left" \
