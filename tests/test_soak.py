@@ -46,6 +46,7 @@ def test_schedule_leaves_the_windows_quiet(minutes: int) -> None:
     assert ends[1].at - ends[0].at > RESTART_SEC + SETTLE  # the second finds a running daemon
     assert max(f.end for f in faults) + SETTLE < b0
     kinds = {"kill", "camera-crash", "camera-error", "camera-hang", "disk-full", "read-only"}
+    kinds |= {"slow-fsync"}
     reloads = {"reload-good", "reload-bad", "reload-not-utf8", "reload-model-locked"}
     assert {f.kind for f in faults} >= kinds | reloads
     hang = next(f for f in faults if f.kind == "camera-hang")
@@ -93,6 +94,9 @@ def made_up(**change: Any) -> SimpleNamespace:
         Run(2, crash.at + RESTART_SEC, kill.at, "killed", -9, status(40, 38, 2)),
         Run(3, kill.at + RESTART_SEC, seconds, "stopped", 0, status(300, 280, 0, failed_write=20)),
     ]
+    for fault in faults:
+        if fault.kind == "slow-fsync":  # the camera's 2 frames/s, as if the stall cost nothing
+            fault.during, fault.copied = int(2 * fault.hold), 1
     fake = SimpleNamespace(
         seconds=seconds,
         samples=samples,
@@ -160,6 +164,16 @@ def test_each_rule_fails_on_its_fault() -> None:
         if s["t"] >= stalled_from:
             s["written"] = int(2 * stalled_from)
     assert "frames_after_every_fault" in failing(fake)
+
+    fake = made_up()  # the writer waited for each stalled fsync: a frame every 2.5 s or less
+    stall = next(f for f in fake.faults if f.kind == "slow-fsync")
+    stall.during = int(stall.hold / 2.5)
+    assert failing(fake) == {"frames_while_fsync_stalls"}
+
+    fake = made_up()  # a stall that did not bite: persistence copied at its own pace
+    stall = next(f for f in fake.faults if f.kind == "slow-fsync")
+    stall.copied = int(stall.hold)
+    assert failing(fake) == {"frames_while_fsync_stalls"}
 
 
 def test_recheck_judges_a_finished_run_from_its_files(tmp_path: Path) -> None:

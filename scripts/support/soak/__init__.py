@@ -13,8 +13,10 @@ frames/s) stands in for the sensor; the store is a size-limited tmpfs of its own
 private mount namespace, smaller than the ring's ``store.max_bytes``. The faults, at
 the same fractions of any length of run (``schedule``): a thread's crash and a SIGKILL
 (then the restarts), camera read errors, a camera hang shorter than
-``daemon.stuck_after`` (the fake's script), a full disk (a filler file) and a read-only
-store (a tmpfs remount), a good SIGHUP reload and three bad ones (a config that does not
+``daemon.stuck_after`` (the fake's script), a full disk (a filler file), a read-only
+store (a tmpfs remount), an SD card that stalls (every fsync of the daemon sleeps 2.5 s
+for a while: an LD_PRELOAD library, slowfsync.c, while persistence copies frames to a
+folder on disk), a good SIGHUP reload and three bad ones (a config that does not
 parse, one that is not UTF-8, a model folder the daemon may not enter: it runs without
 the capabilities that skip permission checks). A consumer follows ``latest`` throughout (edge.store.follow) and reads every
 frame it is told of.
@@ -38,6 +40,7 @@ the daemon and its core workers, the store's frames and bytes, and the counters 
 - no frame the consumer was told of was ever half-written; frames kept coming after
   every fault (the written count grew between the first sample after the fault and one
   of the same process 20 s or more later);
+- while every fsync stalls, frames are still written: at least one every 2 s;
 - no core worker outlives its daemon by more than 5 s, however the daemon ended.
 
 Writes OUT/samples.jsonl, OUT/events.jsonl, OUT/report.json (with the accounting table)

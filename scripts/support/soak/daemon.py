@@ -54,6 +54,13 @@ class Daemon:
 
     def __post_init__(self) -> None:
         self.config = self.out / "da3-edge.toml"
+        # The slow-fsync fault: an LD_PRELOAD library that stalls every fsync while the
+        # flag file holds its seconds (slowfsync.c), built once a run.
+        self.slow_flag = self.out / "slow-fsync"
+        self.slow_lib = self.out / "slowfsync.so"
+        source = Path(__file__).with_name("slowfsync.c")
+        gcc = ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"]
+        subprocess.run([*gcc, "-o", str(self.slow_lib), str(source), "-ldl"], check=True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.tree: list[int] = []  # the daemon and its workers, as last seen
         self.notify: Notifications | None = None
@@ -92,6 +99,9 @@ workers = {IN_FLIGHT_WORKERS}
 dir = "{self.store}"
 keep_frames = {self.keep_frames}
 max_bytes = {MAX_BYTES}
+persist_dir = "{self.out / "persist"}"
+persist_every = 1.0
+persist_keep = 5
 [daemon]
 status_every = 2.0
 """
@@ -132,6 +142,8 @@ status_every = 2.0
             NOTIFY_SOCKET=str(sock),
             WATCHDOG_USEC=str(int(WATCHDOG_SEC * 1e6)),
             PYTHONUNBUFFERED="1",
+            LD_PRELOAD=str(self.slow_lib),
+            DA3_SOAK_SLOW_FSYNC=str(self.slow_flag),
         )
         # Root, but without the capabilities that skip permission checks: file modes
         # bind the daemon as they bind the unit's user.

@@ -170,6 +170,25 @@ def frames_after_every_fault(samples: list[Sample], faults: list[Fault]) -> Rule
     }
 
 
+def frames_while_fsync_stalls(faults: list[Fault]) -> Rule:
+    """While every fsync stalls (an SD card that hangs), frames keep being written: at
+    least one every 2 s of the stall. Persistence copies to that card off the writer's
+    thread; a writer that waited for it would write one every fsync or slower. The
+    stall is shown to bite: persistence, a copy a second otherwise, copies fewer."""
+    stalls = [f for f in faults if f.kind == "slow-fsync"]
+    if not stalls or any(f.during is None or f.copied is None for f in stalls):
+        return {"ok": None, "measured": "not measured (no status.json around the stall)"}
+    return {
+        "ok": all((f.during or 0) >= f.hold / 2 > (f.copied or 0) for f in stalls),
+        "measured": {
+            f"slow-fsync@{f.at:.0f}s": f"{f.during} frames written, {f.copied} persisted in "
+            f"{f.hold:g} s"
+            for f in stalls
+        },
+        "threshold": "written: at least one every 2 s of the stall; persisted: fewer (it bit)",
+    }
+
+
 def check(soak: Judged) -> dict[str, Any]:
     """The rules, each with what was measured and its threshold."""
     samples, runs, faults = soak.samples, soak.runs, soak.faults
@@ -191,6 +210,7 @@ def check(soak: Judged) -> dict[str, Any]:
             "threshold": "no half-written frame",
         },
         "frames_after_every_fault": frames_after_every_fault(samples, faults),
+        "frames_while_fsync_stalls": frames_while_fsync_stalls(faults),
     }
     return {  # a rule whose ok is None was not measured: it neither passes nor fails
         "ok": all(r["ok"] is not False for r in rules.values()),

@@ -20,7 +20,7 @@ from edge.store.read import Published, latest, published_since, read_record
 from . import sample
 from .daemon import Daemon
 from .rules import Run, Sample
-from .schedule import KEEP_FRAMES, Fault, schedule
+from .schedule import FSYNC_STALL, KEEP_FRAMES, Fault, schedule
 
 
 @dataclass
@@ -144,6 +144,8 @@ class Soak:
             self.refused_reload("reload: keeping the running model", fault)
         elif fault.kind == "disk-full":
             self.fill_disk(fault)
+        elif fault.kind == "slow-fsync":
+            self.slow_fsync(fault)
         elif fault.kind == "read-only":
             subprocess.run(["mount", "-o", "remount,ro", str(self.mount)], check=True)
             try:
@@ -151,8 +153,13 @@ class Soak:
             finally:
                 subprocess.run(["mount", "-o", "remount,rw", str(self.mount)], check=True)
         # camera-error, -hang and -crash: in the fake's script since the start.
-        if fault.kind in ("disk-full", "read-only"):  # held here; a camera's hang is its own
-            self.event(f"{fault.kind} over")
+        if fault.kind in (
+            "disk-full",
+            "read-only",
+            "slow-fsync",
+        ):  # held here; a hang is the camera's
+            measured = {"written": fault.during, "copied": fault.copied}
+            self.event(f"{fault.kind} over", **{k: v for k, v in measured.items() if v is not None})
 
     def refused_reload(self, refusal: str, fault: Fault) -> None:
         """SIGHUP with the bad config in place, the refusal awaited, the good config
@@ -162,6 +169,23 @@ class Soak:
         if not self.wait_for_log(refusal, 10.0):
             self.event(f"{fault.kind}: no refusal logged within 10 s")
         self.daemon.write_config(self.faults)
+
+    def slow_fsync(self, fault: Fault) -> None:
+        """Every fsync of the daemon stalls FSYNC_STALL seconds while the fault holds
+        (persistence copies to a folder on disk meanwhile); the frames it wrote then are
+        counted from its status.json."""
+        assert self.daemon.proc is not None
+        pid = self.daemon.proc.pid
+        before = self.daemon.read_status(pid)
+        self.daemon.slow_flag.write_text(f"{FSYNC_STALL}\n")
+        try:
+            self.hold(fault)
+        finally:
+            self.daemon.slow_flag.unlink(missing_ok=True)
+        after = self.daemon.read_status(pid)
+        if before is not None and after is not None:
+            fault.during = after["counters"]["written"] - before["counters"]["written"]
+            fault.copied = after["persist"]["copied"] - before["persist"]["copied"]
 
     def fill_disk(self, fault: Fault) -> None:
         filler = self.mount / "filler"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from edge.store.ring import FS_SHARE
 
+FSYNC_STALL = 2.5  # seconds each fsync stalls in the slow-fsync fault (a stalling SD card)
 # systemd/da3-edge.service
 WATCHDOG_SEC = 30.0
 RESTART_SEC = 5.0
@@ -25,11 +26,15 @@ IN_FLIGHT_WORKERS = 1
 
 @dataclass
 class Fault:
-    """One fault at ``at`` seconds into the run, lasting ``hold`` seconds."""
+    """One fault at ``at`` seconds into the run, lasting ``hold`` seconds; for a slow
+    fsync, measured while it held: ``during``, the frames the daemon wrote, and
+    ``copied``, those persistence copied to the stalled disk."""
 
     at: float
     kind: str
     hold: float = 0.0
+    during: int | None = None
+    copied: int | None = None
 
     @property
     def end(self) -> float:
@@ -56,6 +61,7 @@ def schedule(seconds: float) -> list[Fault]:
         Fault(0.48 * seconds, "disk-full", hold(0.02, 8, 60)),
         Fault(0.545 * seconds, "reload-not-utf8"),
         Fault(0.58 * seconds, "camera-hang", hold(0.01, 5, 12)),
+        Fault(0.612 * seconds, "slow-fsync", hold(0.02, 8, 60)),
         Fault(0.66 * seconds, "read-only", hold(0.02, 8, 60)),
         Fault(0.71 * seconds, "reload-model-locked"),
         Fault(0.75 * seconds, "reload-bad"),
