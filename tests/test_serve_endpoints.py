@@ -150,7 +150,9 @@ def test_events_and_streams_take_a_slot_each_and_refuse_beyond_them(tmp_path: Pa
     first, second = asyncio.run(call())
     assert first.media_type == "text/event-stream"
     assert second.status_code == 503
-    assert asyncio.run(sent(second))[2] == b"too many clients (serve.clients = 1)\n"
+    assert asyncio.run(sent(second))[2] == (
+        b"too many clients (serve.clients = 1: at most 1 from one address)\n"
+    )
 
 
 def scene_store(tmp_path: Path, seen: FieldOfView, formats: tuple[str, ...]) -> Path:

@@ -486,6 +486,27 @@ def test_plain_stream_readers_leave_slots_for_the_page(tmp_path: Path) -> None:
     assert codes == [200, 200] + [503] * 6 and events_code == 200
 
 
+def test_one_address_cannot_take_every_events_slot(tmp_path: Path) -> None:
+    """Eight /events from one address took every slot, and the page from another address
+    answered 503: one address takes at most all but a quarter of the slots."""
+    cfg = config(tmp_path)
+    root = store(tmp_path)
+    with serving(["--config", str(cfg), "--store", str(root)], tmp_path / "serve.log") as s:
+        socks, codes = [], []
+        try:
+            for source in ["127.0.0.1"] * 8 + ["127.0.0.2"]:
+                sock = socket.create_connection(
+                    ("127.0.0.1", s.port), timeout=5, source_address=(source, 0)
+                )
+                sock.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                codes.append(int(sock.recv(64).split()[1]))
+                socks.append(sock)
+        finally:
+            close_all(socks)
+    print(f"eight /events from one address, then one from another: {codes}")
+    assert codes == [200] * 6 + [503] * 2 + [200]
+
+
 class _Transport(asyncio.Transport):
     """What H11Protocol writes to, in memory."""
 

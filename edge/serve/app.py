@@ -237,6 +237,11 @@ async def latest_jpg(request: Request) -> Response:
     return Response(data, media_type="image/jpeg", headers=_headers(newest))
 
 
+def _peer(request: Request) -> str:
+    """The client's address, as the slots count it."""
+    return str((request.client.host if request.client else "") or "?")
+
+
 async def stream_mjpg(request: Request) -> Response:
     view = _view(request)
     if isinstance(view, Response):
@@ -247,8 +252,7 @@ async def stream_mjpg(request: Request) -> Response:
         return first
     if await hub.jpeg(first, view) is None:
         return _no_jpeg(view)
-    peer = str((request.client.host if request.client else "") or "?")
-    sub = hub.subscribe("stream", peer)
+    sub = hub.subscribe("stream", _peer(request))
     if sub is None:
         return _unavailable(
             f"too many streams (serve.clients = {hub.clients}: at most {hub.per_address} from "
@@ -307,9 +311,12 @@ async def healthz(request: Request) -> Response:
 
 async def events(request: Request) -> Response:
     hub = _served(request).hub
-    sub = hub.subscribe()
+    sub = hub.subscribe("events", _peer(request))
     if sub is None:
-        return _unavailable(f"too many clients (serve.clients = {hub.clients})")
+        return _unavailable(
+            f"too many clients (serve.clients = {hub.clients}: at most {hub.per_address_any} "
+            "from one address)"
+        )
     headers = {**NO_STORE, "X-Accel-Buffering": "no"}
     return StreamingResponse(_events(hub, sub), media_type="text/event-stream", headers=headers)
 

@@ -177,9 +177,12 @@ class Hub:
     def subscribe(self, kind: str = "events", client: str = "") -> Subscriber | None:
         """A new subscriber, or None when there is no slot for it. Of the ``clients``
         slots, MJPEG streams (heavy, and any plain ``curl`` holds one) may take all but
-        a quarter (the page's events always find one) and at most ``per_address`` from
-        one address; events take any free slot."""
+        a quarter (kept for the page's events) and at most ``per_address`` from one
+        address; one address takes at most all but a quarter of them, whatever their
+        kind (``per_address_any``), so another address's page finds a slot."""
         if len(self.subscribers) >= self.clients:
+            return None
+        if sum(s.client == client for s in self.subscribers) >= self.per_address_any:
             return None
         if kind == "stream":
             streams = [s for s in self.subscribers if s.kind == "stream"]
@@ -189,6 +192,12 @@ class Hub:
         sub = Subscriber(kind, client)
         self.subscribers.add(sub)
         return sub
+
+    @property
+    def per_address_any(self) -> int:
+        """Subscriptions of any kind one address may hold: all but a quarter of the
+        slots (all of one slot)."""
+        return max(1, self.clients - max(1, self.clients // 4))
 
     @property
     def per_address(self) -> int:
