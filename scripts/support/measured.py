@@ -22,8 +22,6 @@ MEASURED_DIRTY = {
     "kernels-a76.json": "measured before the rule; `KERNELS_WARM=1 scripts/arm-lane.sh "
     "kernels` on the full-size models from a commit replaces it (instruction counts: "
     "the code it ran is the commit's)",
-    "kernels-a76-sizes.json": "measured before the rule; `scripts/arm-lane.sh "
-    "kernel-sizes` from a commit replaces it",
 }
 
 
