@@ -62,7 +62,6 @@ def serve(
     port: int,
     stop: threading.Event,
     ready: Callable[[int], None] = lambda _: None,
-    sent: Callable[[Recorded], None] = lambda _: None,
 ) -> Recorded:
     """Serve the store at ``root`` until ``stop``: every channel advertised at once,
     each new frame the daemon publishes logged while any client subscribes. ``ready``
@@ -70,8 +69,7 @@ def serve(
     foxglove = needs_sdk()
     context = foxglove.Context()
     logger = Logger(context)
-    for name in ("depth", "confidence", "scene", "preview", "calibration", "points"):
-        logger.channel(name)
+    logger.advertise()
     subscriptions = Subscriptions()
     try:
         server = foxglove.start_server(
@@ -88,8 +86,8 @@ def serve(
     try:
         ready(server.port)
         for seq in frames_to_record(root, follower, stop, existing=False):
-            if subscriptions.count and logger.add(root, seq):
-                sent(logger.recorded)
+            if subscriptions.count:
+                logger.add(root, seq)
     finally:
         follower.close()
         server.stop()

@@ -96,6 +96,12 @@ class Logger:
         self._channels: dict[str, Any] = {}
         self.recorded = Recorded()
 
+    def advertise(self) -> None:
+        """Every channel made now, before its first message (a live server shows
+        them all to a client that connects)."""
+        for name in self._make:
+            self.channel(name)
+
     def channel(self, name: str) -> Any:
         """The channel ``/da3/NAME``, made (and advertised) the first time."""
         if name not in self._channels:
