@@ -286,7 +286,7 @@ def test_sigterm_exits_zero_within_5s(fake_models: Path, tmp_path: Path) -> None
         d.signal(signal.SIGTERM)
         code = d.proc.wait(10)
         elapsed = time.monotonic() - start
-        assert d.notify.having("STOPPING")
+        assert d.notify.arrived("STOPPING")
     print(f"SIGTERM -> exit {code} in {elapsed:.2f} s")
     assert code == 0 and elapsed < 5.0
 
@@ -344,7 +344,7 @@ def test_sighup_reloads_and_keeps_the_old_config_when_bad(
         )
         d.signal(signal.SIGHUP)
         d.wait_for(lambda: "reload: config" in d.log and "applied" in d.log, what="reload applied")
-        assert d.notify.having("RELOADING")
+        assert d.notify.arrived("RELOADING")
         d.wait_for(
             lambda: len(frame_dirs(store)) <= 2 and frame_dirs(store),
             what="new keep_frames in force",

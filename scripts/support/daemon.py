@@ -44,6 +44,15 @@ class Notifications:
     def having(self, key: str, since: float = 0.0) -> list[dict[str, str]]:
         return [m for t, m in list(self.messages) if key in m and t >= since]
 
+    def arrived(self, key: str, timeout: float = 10.0) -> list[dict[str, str]]:
+        """``having(key)`` once a message with it has been read, or [] at ``timeout``:
+        a datagram the daemon sent before its log line (or its exit) may still be on
+        its way to the reading thread when the test looks."""
+        end = time.monotonic() + timeout
+        while not (found := self.having(key)) and time.monotonic() < end:
+            time.sleep(0.05)
+        return found
+
     def close(self) -> None:
         self._stop = True
         self.sock.close()
