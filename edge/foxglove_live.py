@@ -21,21 +21,22 @@ from edge.errors import UsageError
 from edge.record import Logger, Recorded, frames_to_record, needs_sdk
 from edge.store.follow import Follower
 
-PORT = 8765  # Foxglove's own default for its WebSocket servers
 BACKLOG = 12  # messages queued per client: two frames; older ones are dropped
 
 
-def check_host(host: str) -> str:
-    """``host`` when it is a loopback address; UsageError naming the way round."""
+def check_host(host: str, port: int) -> str:
+    """``host`` when it is a loopback address; UsageError naming the way round (a
+    tunnel to ``port``; 0, a port the system picks, is printed once listening)."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if not loopback:
+        n, which = (port, "") if port else ("N", " with N the port it prints")
         raise UsageError(
             f"--host {host}: the Foxglove WebSocket protocol has no login, so da3-edge "
             "foxglove listens on loopback only; from another machine, tunnel it: "
-            f"ssh -L {PORT}:127.0.0.1:{PORT} PI, then ws://127.0.0.1:{PORT}"
+            f"ssh -L {n}:127.0.0.1:{n} PI{which}, then ws://127.0.0.1:{n}"
         )
     return host
 
@@ -74,7 +75,7 @@ def serve(
     try:
         server = foxglove.start_server(
             name="da3-edge",
-            host=check_host(host),
+            host=check_host(host, port),
             port=port,
             context=context,
             server_listener=subscriptions,

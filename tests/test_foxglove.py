@@ -167,14 +167,20 @@ def store_frame_with(store: FrameStore, t_capture: float, depth: np.ndarray) -> 
 
 def test_beyond_loopback_it_refuses_in_one_line(tmp_path: Path) -> None:
     store = board_store(tmp_path / "store", SEEN, ("npz", "json"), frames=1)
-    for host in ("0.0.0.0", "192.168.1.20", "::", "pi.local"):
-        proc = run_cli(["foxglove", "--host", host, "--store", str(store.root)])
+    for host, port in (("0.0.0.0", []), ("192.168.1.20", []), ("::", ["--port", "9100"])):
+        proc = run_cli(["foxglove", "--host", host, *port, "--store", str(store.root)])
         assert proc.returncode == 2
+        n = port[-1] if port else "8765"  # the tunnel names the port it listens on
         assert proc.stderr.splitlines() == [
             f"da3-edge: error: --host {host}: the Foxglove WebSocket protocol has no login, so "
             "da3-edge foxglove listens on loopback only; from another machine, tunnel it: "
-            "ssh -L 8765:127.0.0.1:8765 PI, then ws://127.0.0.1:8765"
+            f"ssh -L {n}:127.0.0.1:{n} PI, then ws://127.0.0.1:{n}"
         ], proc.stderr
+    proc = run_cli(["foxglove", "--host", "pi.local", "--port", "0", "--store", str(store.root)])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(
+        "tunnel it: ssh -L N:127.0.0.1:N PI with N the port it prints, then ws://127.0.0.1:N"
+    ), proc.stderr
 
 
 def test_no_client_no_reading(companion: tuple[FrameStore, subprocess.Popen[str], str]) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from edge import config as config_mod
 from edge.commands import options
 
+PORT = 8765  # Foxglove's own default for its WebSocket servers
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -39,8 +41,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--port",
         type=int,
-        default=8765,
-        help="the port to listen on; 0: any free one (default: 8765, Foxglove's)",
+        default=PORT,
+        help=f"the port to listen on; 0: any free one (default: {PORT}, Foxglove's)",
     )
     return p
 
@@ -53,7 +55,7 @@ def main(args: Sequence[str] | None = None) -> int:
     from edge.record import needs_sdk
     from edge.store.trust import store_to_read
 
-    check_host(ns.host)
+    check_host(ns.host, ns.port)
     config = config_mod.load(ns.config, parts=("store",))
     needs_sdk()
     root = store_to_read(ns.store, config.store.dir)
