@@ -215,8 +215,24 @@ def test_update_refuses_a_wheel_for_another_python(
         ),
         (["WHEEL", "--ready-timeout", "0"], "--ready-timeout must be more than 0 seconds"),
         (["missing.whl"], "missing.whl: no such file"),
+        (
+            ["http://127.0.0.1:9/w/..", "--sha256", "0" * 64],
+            "http://127.0.0.1:9/w/..: the URL must end in the wheel's file name (*.whl)",
+        ),
+        (
+            ["http://127.0.0.1:9/w/?x=a.whl", "--sha256", "0" * 64],
+            "http://127.0.0.1:9/w/?x=a.whl: the URL must end in the wheel's file name (*.whl)",
+        ),
     ],
-    ids=["url without hash", "short hash", "models url without hash", "zero timeout", "no file"],
+    ids=[
+        "url without hash",
+        "short hash",
+        "models url without hash",
+        "zero timeout",
+        "no file",
+        "url ending in ..",
+        "url naming no file",
+    ],
 )
 @pytest.mark.root
 def test_update_refusals_are_one_line(

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from edge import deploy
 from edge.errors import DeployError
@@ -82,7 +83,9 @@ def _fetch(ns: argparse.Namespace, into: Path) -> Path:
     if "://" in ns.wheel:
         if want is None:
             raise DeployError("a wheel's URL needs --sha256 HEX")
-        name = str(ns.wheel).rstrip("/").rsplit("/", 1)[-1].split("?")[0]
+        name = unquote(urlsplit(ns.wheel).path.rsplit("/", 1)[-1])
+        if not name.endswith(".whl") or "/" in name or "\\" in name:
+            raise DeployError(f"{ns.wheel}: the URL must end in the wheel's file name (*.whl)")
         dest = into / name
         meter = packs.Meter("wheel: download", lambda s: print(s, file=sys.stderr, flush=True))
         packs.download(ns.wheel, want, dest, meter)
