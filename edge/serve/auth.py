@@ -162,18 +162,24 @@ KDF_SLOTS = 2  # password checks at once, over all clients: CPU and memory bound
 class Guard:
     """ASGI middleware: 401 unless the request carries the configured credentials.
 
-    A header that passed before goes through at once. Any other is checked at once,
-    before any delay: a right one is never held up by another client's failures; a
+    A header that passed before goes through at once. Any other is checked before any
+    delay of its own: a right one is never held up by another address's failures; a
     wrong one is answered only after its address's penalty (``Backoff``: 0.5 s, doubling,
-    8 s at most). While an address has a check or a penalty running, its other new
-    credentials get 429 unchecked: guesses in parallel gain nothing.
+    8 s at most). An address has one check (with its penalty) running at a time and one
+    more waiting its turn; beyond those, its new credentials get 429 unchecked, so
+    guesses in parallel gain nothing, while a login from an address another client
+    shares (an SSH tunnel, local users on 127.0.0.1) waits out that client's penalty
+    instead of being refused.
     """
 
     def __init__(self, app: Any, creds: Credentials, backoff: Backoff | None = None) -> None:
         self.app = app
         self.creds = creds
         self.backoff = backoff or Backoff()
-        self.checking: set[str] = set()  # addresses with a check or penalty running
+        self.checking: dict[
+            str, asyncio.Event
+        ] = {}  # address -> set when its check and penalty end
+        self.waiting: set[str] = set()  # addresses with a credential waiting for that
         self.hashing = 0  # checks running now, over all addresses (at most KDF_SLOTS)
         # The checks' own threads: a hashed password's KDF (16 MiB, tens of ms) never
         # queues file sends, which use the default pool.
@@ -185,9 +191,15 @@ class Guard:
             ok = self.creds.quick(header)
             if ok is None:
                 client = str((scope.get("client") or ("?",))[0])
-                if client in self.checking:
+                if client in self.waiting:
                     await self._refuse(send, 429, b"one login at a time\n", self.backoff.cap)
                     return
+                if client in self.checking:  # its turn after that check and its penalty
+                    self.waiting.add(client)
+                    try:
+                        await self.checking[client].wait()
+                    finally:
+                        self.waiting.discard(client)
                 if self.hashing >= KDF_SLOTS or not (
                     self.backoff.knows(client) or self.backoff.room()
                 ):
@@ -200,7 +212,7 @@ class Guard:
         await self.app(scope, receive, send)
 
     async def _check(self, client: str, header: bytes | None) -> bool:
-        self.checking.add(client)
+        self.checking[client] = asyncio.Event()
         self.hashing += 1
         try:
             try:
@@ -215,7 +227,7 @@ class Guard:
                 await asyncio.sleep(self.backoff.wait(client))
             return ok
         finally:
-            self.checking.discard(client)
+            self.checking.pop(client).set()
 
     async def _refuse(self, send: Any, status: int, body: bytes, retry: float = 0) -> None:
         headers = [(b"content-type", b"text/plain; charset=utf-8")]
