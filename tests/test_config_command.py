@@ -208,6 +208,16 @@ def test_the_service_config_waits_for_the_installers_lock(
     assert config(cfg, "set", "camera.fps", "3")[0] == 0
 
 
+def test_the_installers_lock_is_one_file_in_roots_run() -> None:
+    """The installer and `config set` lock the same file, in /run itself (root's, 0755):
+    not /run/lock, which every user may write and so could plant the lock in first."""
+    from scripts.support import ROOT
+
+    installer = (ROOT / "scripts/install-pi.sh").read_text()
+    assert re.findall(r"^exec 9>(\S+)$", installer, re.M) == [command.INSTALL_LOCK]
+    assert Path(command.INSTALL_LOCK).parent == Path("/run")
+
+
 def test_config_after_the_action_and_a_config_readied_before_the_models(tmp_path: Path) -> None:
     """On a laptop, for a card whose Pi makes its own models: `config set K V --config F`
     (the flag after the action) writes a config no models exist for yet, saying what it

@@ -230,3 +230,123 @@ def test_every_page_is_reachable_from_the_index(tmp_path: Path) -> None:
     (tmp_path / "b.md").write_text("# b\n")
     (tmp_path / "c.md").write_text("[a](how-to/a.md)\n")
     assert orphans(tmp_path) == ["c.md"]
+
+
+SECURITY = ROOT / "docs" / "reference" / "security.md"
+ATTACKS = "## Every attack, and its test"
+
+
+def attack_rows(text: str) -> list[list[str]]:
+    """The cells of each row of the table under ``ATTACKS`` (its header and rule left out)."""
+    _, found, section = ("\n" + text).partition("\n" + ATTACKS + "\n")
+    assert found, f"no {ATTACKS!r} section"
+    section = section.split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def defines(path: Path, name: str) -> bool:
+    """Whether ``path`` (read, not imported) defines ``name``: a top-level function, or
+    ``Class::method``."""
+    import ast
+
+    body = ast.parse(path.read_text()).body
+    *owner, function = name.split("::")
+    if owner:
+        classes = [n for n in body if isinstance(n, ast.ClassDef) and n.name == owner[0]]
+        body = classes[0].body if len(owner) == 1 and classes else []
+    return any(
+        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == function for n in body
+    )
+
+
+def attack_problems(text: str, root: Path) -> list[str]:
+    """What is wrong with the table of attacks: a row that is not four cells or names no
+    test (nor says "no test"), a ``tests/...py::name`` that file does not define, another
+    file that is not there, or a check's "words" its file does not hold."""
+    problems = []
+    for n, row in enumerate(attack_rows(text), 1):
+        if len(row) != 4 or row[0] not in ("1", "2", "3"):
+            problems.append(f"row {n}: not round | attack | what holds | test: {row}")
+            continue
+        named = re.findall(r'`([^`]+)`(?: "([^"]+)")?', row[3])
+        if not named and row[3] != "no test":
+            problems.append(f"row {n}: names no test: {row[3]}")
+        for ref, words in named:
+            path, _, name = ref.partition("::")
+            file = root / path
+            if not file.is_file():
+                problems.append(f"row {n}: no file {path}")
+            elif path.startswith("tests/") and not defines(file, name):
+                problems.append(f"row {n}: {path} defines no test {name!r}")
+            elif words and words not in file.read_text():
+                problems.append(f"row {n}: {path} has no check {words!r}")
+    return problems
+
+
+def test_every_attack_in_security_md_names_a_test_that_exists(tmp_path: Path) -> None:
+    """docs/reference/security.md's table holds the attacks of all three rounds, each
+    beside tests that exist (read with ast, not imported) or the installer check's words
+    found in it; a wrong name, file or check is found."""
+    from collections import Counter
+
+    text = SECURITY.read_text()
+    rows = attack_rows(text)
+    rounds = Counter(row[0] for row in rows)
+    untested = [row[1] for row in rows if row[3] == "no test"]
+    print(f"attacks by round: {dict(sorted(rounds.items()))}; no test: {untested}")
+    assert sorted(rounds) == ["1", "2", "3"]
+    assert attack_problems(text, ROOT) == []
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "def test_a():\n    pass\n\n\nclass TestB:\n    def test_b(self):\n        pass\n"
+    )
+    (tmp_path / "check.sh").write_text('check "the file was not written" true\n')
+    planted = "\n".join(
+        [
+            ATTACKS,
+            "",
+            "| round | attack | what holds | test |",
+            "| --- | --- | --- | --- |",
+            "| 1 | a | b | `tests/test_a.py::test_a`<br>`tests/test_a.py::TestB::test_b` |",
+            '| 2 | a | b | `check.sh` "the file was not written" |',
+            "| 3 | a | b | no test |",
+            "| 1 | a | b | `tests/test_a.py::test_b` |",
+            "| 1 | a | b | `tests/test_a.py::TestB::test_a` |",
+            "| 2 | a | b | `tests/test_c.py::test_a` |",
+            '| 2 | a | b | `check.sh` "the file was written" |',
+            "| 3 | a | b | none |",
+            "| 4 | a | b | `tests/test_a.py::test_a` |",
+        ]
+    )
+    problems = attack_problems(planted, tmp_path)
+    assert [p.split(":")[0] for p in problems] == [f"row {n}" for n in range(4, 10)], problems
+
+
+def doc_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "systemd/README.md"]
+
+
+def test_no_page_tells_users_to_keep_the_store_in_tmp() -> None:
+    """/tmp is shared: another user can make the store's folder there first (the
+    default store refuses it; the docs must not ask for it either)."""
+    told = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in doc_pages()
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if re.search(r"(--store|DA3_EDGE_STORE=|dir *=) *[\"']?/tmp/", line)
+        and "telling users" not in line  # security.md's table names the attack
+    ]
+    assert not told, "\n".join(told)
+
+
+def test_the_stores_mode_in_the_docs_is_the_units() -> None:
+    """systemd/README.md states the store's mode the unit sets, and that is 0750."""
+    unit = (ROOT / "systemd/da3-edge.service").read_text()
+    mode = re.search(r"^RuntimeDirectoryMode=(\d+)$", unit, re.M)
+    assert mode and mode[1] == "0750", "the store must be closed to others"
+    readme = (ROOT / "systemd/README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `/run/da3-edge/`"))
+    stated = set(re.findall(r"mode (\d{4})", row))
+    stated |= set(re.findall(r"RuntimeDirectoryMode=(\d+)", readme))
+    assert stated == {mode[1]}, stated

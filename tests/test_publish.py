@@ -522,3 +522,32 @@ def test_discovery_again_when_home_assistant_comes_online(tmp_path: Path, broker
             assert len(listener.on("/config")) == before + 1  # only `online` triggers it
     finally:
         listener.close()
+
+
+def test_a_broker_elsewhere_without_tls_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker on another machine with TLS off: a warning naming it and the fix; none
+    for a broker on this machine, none with TLS on."""
+    import logging
+
+    from edge.config import MqttConfig
+    from edge.publish import Publisher
+
+    for host, tls, warned in (
+        ("192.0.2.1", False, True),
+        ("broker.lan", False, True),
+        ("127.0.0.1", False, False),
+        ("::1", False, False),
+        ("192.0.2.1", True, False),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="edge.publish"):
+            Publisher(MqttConfig(enabled=True, host=host, tls=tls, device_id="testpi"), tmp_path)
+        said = [r.getMessage() for r in caplog.records if "TLS is off" in r.getMessage()]
+        assert bool(said) == warned, (host, tls, caplog.text)
+        if warned:
+            assert said == [
+                f"mqtt: {host} is not on this machine and TLS is off: what is published "
+                "can be read on the way (mqtt.tls = true)"
+            ]
