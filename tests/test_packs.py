@@ -208,6 +208,21 @@ def test_a_sparse_member_is_refused_before_it_is_written(tmp_path: Path) -> None
     assert not out.exists() and not list(out.parent.glob(".models.new*"))
 
 
+def test_a_pack_announced_past_any_models_size_is_not_downloaded(
+    server: Server, packed: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A server announcing 10^15 bytes (a pack is ~5 GB at most): `models pull` refuses
+    it in one line before writing a byte, and leaves no partial to fail on again."""
+    server.announced = 10**15
+    out = tmp_path / "pulled"
+    code, _, stderr = pull(server.url, packed[1], out)
+    assert code == 1, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"da3-edge: error: {server.url}: 1000000000.0 MB, over the 8589.9 MB expected: not downloaded"
+    ), stderr
+    assert not out.exists() and not list(tmp_path.glob(".models.*"))
+
+
 @pytest.mark.root
 def test_a_pack_larger_than_the_disk_is_refused_before_it_is_written(
     models: Path, tmp_path: Path

@@ -12,12 +12,14 @@ from typing import Any
 
 class Server:
     """A loopback HTTP server for one file, honouring Range; ``cut_after`` ends the
-    first response after that many bytes, ``stall`` holds every answer that long."""
+    first response after that many bytes, ``stall`` holds every answer that long,
+    ``announced`` is the Content-Length it claims (a server that lies)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.cut_after: int | None = None
         self.stall = 0.0
+        self.announced: int | None = None
         self.ranges: list[str | None] = []
         server = self
 
@@ -33,7 +35,8 @@ class Server:
                 if server.stall:
                     time.sleep(server.stall)
                 self.send_response(206 if asked else 200)
-                self.send_header("Content-Length", str(len(data) - start))
+                length = server.announced or len(data) - start
+                self.send_header("Content-Length", str(length))
                 self.end_headers()
                 body = data[start:]
                 if server.cut_after is not None:
