@@ -46,7 +46,7 @@ def test_schedule_leaves_the_windows_quiet(minutes: int) -> None:
     assert ends[1].at - ends[0].at > RESTART_SEC + SETTLE  # the second finds a running daemon
     assert max(f.end for f in faults) + SETTLE < b0
     kinds = {"kill", "camera-crash", "camera-error", "camera-hang", "disk-full", "read-only"}
-    kinds |= {"slow-fsync"}
+    kinds |= {"slow-fsync", "core-overflow"}
     reloads = {"reload-good", "reload-bad", "reload-not-utf8", "reload-model-locked"}
     assert {f.kind for f in faults} >= kinds | reloads
     hang = next(f for f in faults if f.kind == "camera-hang")
@@ -97,12 +97,21 @@ def made_up(**change: Any) -> SimpleNamespace:
     for fault in faults:
         if fault.kind == "slow-fsync":  # the camera's 2 frames/s, as if the stall cost nothing
             fault.during, fault.copied = int(2 * fault.hold), 1
+        if fault.kind == "core-overflow":
+            fault.during = int(2 * fault.hold)
     fake = SimpleNamespace(
         seconds=seconds,
         samples=samples,
         runs=runs,
         faults=faults,
-        consumer={"seen": 300, "read": 300, "pruned": 0, "torn": 0},
+        consumer={
+            "seen": 300,
+            "read": 300,
+            "pruned": 0,
+            "torn": 0,
+            "non_finite": int(2 * next(f.hold for f in faults if f.kind == "core-overflow")),
+            "not_strict": 0,
+        },
     )
     for key, value in change.items():
         setattr(fake, key, value)
@@ -142,8 +151,17 @@ def test_each_rule_fails_on_its_fault() -> None:
     fake.samples[-1]["store_frames"] = KEEP_FRAMES[1] + 1
     assert failing(fake) == {"store_in_ring"}
 
-    fake = made_up(consumer={"seen": 10, "read": 9, "pruned": 0, "torn": 1})
+    fake = made_up()
+    fake.consumer["torn"] = 1
     assert failing(fake) == {"consumer"}
+
+    fake = made_up()  # a record with NaN in its JSON: the page's JSON.parse fails on it
+    fake.consumer["not_strict"] = 1
+    assert failing(fake) == {"frames_of_an_overflowing_core"}
+
+    fake = made_up()  # the overflowing core did not bite (or no frame came while they ran)
+    next(f for f in fake.faults if f.kind == "core-overflow").during = 0
+    assert failing(fake) == {"frames_of_an_overflowing_core"}
 
     fake = made_up()
     fake.runs[-1].how = "did not stop within 15 s"

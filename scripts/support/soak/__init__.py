@@ -18,7 +18,8 @@ store (a tmpfs remount), an SD card that stalls (every fsync of the daemon sleep
 for a while: an LD_PRELOAD library, slowfsync.c, while persistence copies frames to a
 folder on disk), a good SIGHUP reload and three bad ones (a config that does not
 parse, one that is not UTF-8, a model folder the daemon may not enter: it runs without
-the capabilities that skip permission checks). A consumer follows ``latest`` throughout (edge.store.follow) and reads every
+the capabilities that skip permission checks), and a reload to a core that overflows
+(infinite depth at most pixels) and back. A consumer follows ``latest`` throughout (edge.store.follow) and reads every
 frame it is told of.
 
 Every ``--sample-every`` seconds it records the summed VmRSS, open fds and threads of
@@ -41,6 +42,8 @@ the daemon and its core workers, the store's frames and bytes, and the counters 
   every fault (the written count grew between the first sample after the fault and one
   of the same process 20 s or more later);
 - while every fsync stalls, frames are still written: at least one every 2 s;
+- while the core overflows, frames still come and say so, and no record the consumer
+  read holds NaN or Infinity;
 - no core worker outlives its daemon by more than 5 s, however the daemon ended.
 
 Writes OUT/samples.jsonl, OUT/events.jsonl, OUT/report.json (with the accounting table)

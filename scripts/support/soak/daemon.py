@@ -4,7 +4,9 @@ Restart=on-failure after RestartSec, the start limit; each life recorded as a ``
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from edge.models import Manifest, sha256_file
 from edge.store import layout, read
 from scripts.support import ROOT, processes
 from scripts.support.daemon import Notifications
@@ -125,6 +130,38 @@ status_every = 2.0
         os.chown(locked, NOBODY, NOBODY)
         locked.chmod(0o700)
         return link
+
+    def overflowing_models(self) -> Path:
+        """A copy of the model folder whose core overflows, as an fp16 core can: the
+        depth head's largest weight (its last 1x1 convolution, 2 x C floats) set to
+        65504, fp16's largest, so exp() gives infinity at most pixels; the manifest's
+        digest made to match. An int8 core's head has no float weight to change."""
+        from scripts.core_templates import spans
+
+        done = self.out / "overflowing"
+        if done.is_dir():
+            return done
+        work = self.out / ".overflowing"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(self.models, work)
+        manifest = Manifest.load(work)
+        for core in manifest.cores():
+            if core.precision != self.precision:
+                continue
+            path = work / core.file
+            data = bytearray(path.read_bytes())
+            heads = [s for s in spans(bytes(data)) if len(s[3]) == 4 and s[3][:3] == (2, 1, 1)]
+            if len(heads) != 1:
+                raise SystemExit(f"soak: {core.file}: no float weight of the depth head to change")
+            start, size, dtype, shape = heads[0]
+            depth = np.frombuffer(bytes(data[start : start + size]), dtype).reshape(shape)[0]
+            at = start + int(np.argmax(depth)) * dtype.itemsize
+            data[at : at + dtype.itemsize] = np.array([65504.0], dtype).tobytes()
+            path.write_bytes(data)
+            manifest.upsert(dataclasses.replace(core, sha256=sha256_file(path), bytes=len(data)))
+        manifest.save()
+        work.rename(done)
+        return done
 
     # -- the process --------------------------------------------------------------------
     def start(self, faults: list[Fault]) -> None:

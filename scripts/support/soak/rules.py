@@ -189,6 +189,26 @@ def frames_while_fsync_stalls(faults: list[Fault]) -> Rule:
     }
 
 
+def frames_of_an_overflowing_core(faults: list[Fault], consumer: dict[str, int]) -> Rule:
+    """While the core overflows (infinite pixels), frames keep coming and say so
+    (non_finite_pixels), and no record the consumer read, then or ever, holds NaN or
+    Infinity, which a browser's JSON.parse refuses."""
+    bad = [f for f in faults if f.kind == "core-overflow"]
+    if not bad or "not_strict" not in consumer or any(f.during is None for f in bad):
+        return {"ok": None, "measured": "not measured (a run from before this rule)"}
+    return {
+        "ok": all((f.during or 0) > 0 for f in bad) and consumer["not_strict"] == 0,
+        "measured": {
+            **{
+                f"core-overflow@{f.at:.0f}s": f"{f.during} frames with non-finite pixels read"
+                for f in bad
+            },
+            "records not strict JSON": consumer["not_strict"],
+        },
+        "threshold": "frames said to have non-finite pixels while it holds; none with NaN in JSON",
+    }
+
+
 def check(soak: Judged) -> dict[str, Any]:
     """The rules, each with what was measured and its threshold."""
     samples, runs, faults = soak.samples, soak.runs, soak.faults
@@ -211,6 +231,7 @@ def check(soak: Judged) -> dict[str, Any]:
         },
         "frames_after_every_fault": frames_after_every_fault(samples, faults),
         "frames_while_fsync_stalls": frames_while_fsync_stalls(faults),
+        "frames_of_an_overflowing_core": frames_of_an_overflowing_core(faults, soak.consumer),
     }
     return {  # a rule whose ok is None was not measured: it neither passes nor fails
         "ok": all(r["ok"] is not False for r in rules.values()),

@@ -36,7 +36,14 @@ class Soak:
     samples: list[Sample] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     consumer: dict[str, int] = field(
-        default_factory=lambda: {"seen": 0, "read": 0, "pruned": 0, "torn": 0}
+        default_factory=lambda: {
+            "seen": 0,
+            "read": 0,
+            "pruned": 0,
+            "torn": 0,
+            "non_finite": 0,  # records saying their core gave NaN or infinite pixels
+            "not_strict": 0,  # records with NaN or Infinity in their JSON
+        }
     )
     faults: list[Fault] = field(default_factory=list)
 
@@ -113,6 +120,13 @@ class Soak:
         depth = frame.path / "frame.depth.png"
         if record is not None and record.get("store_seq") == frame.seq:
             self.consumer["read"] += 1
+            self.consumer["non_finite"] += bool(record.get("non_finite_pixels"))
+            try:  # as a browser's JSON.parse reads it
+                json.loads((frame.path / "frame.json").read_bytes(), parse_constant=_refuse)
+            except ValueError:
+                self.consumer["not_strict"] += 1
+            except OSError:
+                pass  # pruned since: read_record had it whole
             flagged = record.get("random_init") == self.random_init
             if not flagged or not depth.stat().st_size:
                 self.consumer["torn"] += 1  # misflagged, or an empty depth map
@@ -142,6 +156,8 @@ class Soak:
         elif fault.kind == "reload-model-locked":
             daemon.write_config(faults, models=daemon.locked_models())
             self.refused_reload("reload: keeping the running model", fault)
+        elif fault.kind == "core-overflow":
+            self.overflowing_core(fault)
         elif fault.kind == "disk-full":
             self.fill_disk(fault)
         elif fault.kind == "slow-fsync":
@@ -157,8 +173,10 @@ class Soak:
             "disk-full",
             "read-only",
             "slow-fsync",
+            "core-overflow",
         ):  # held here; a hang is the camera's
-            measured = {"written": fault.during, "copied": fault.copied}
+            said = "non_finite" if fault.kind == "core-overflow" else "written"
+            measured = {said: fault.during, "copied": fault.copied}
             self.event(f"{fault.kind} over", **{k: v for k, v in measured.items() if v is not None})
 
     def refused_reload(self, refusal: str, fault: Fault) -> None:
@@ -187,6 +205,26 @@ class Soak:
             fault.during = after["counters"]["written"] - before["counters"]["written"]
             fault.copied = after["persist"]["copied"] - before["persist"]["copied"]
 
+    def overflowing_core(self, fault: Fault) -> None:
+        """A reload to a core that overflows (infinite depth), held, then the good config back: the
+        frames read meanwhile that say so are counted."""
+        assert self.daemon.proc is not None
+        applied = "reload: config"
+        before = self.consumer["non_finite"]
+        seen = self.log_count(applied)
+        self.daemon.write_config(self.faults, models=self.daemon.overflowing_models())
+        self.daemon.proc.send_signal(signal.SIGHUP)
+        if not self.wait_for_log(applied, 30.0, after=seen):
+            self.event(f"{fault.kind}: no reload logged within 30 s")
+        try:
+            self.hold(fault)
+        finally:
+            seen = self.log_count(applied)
+            self.daemon.write_config(self.faults)
+            self.daemon.proc.send_signal(signal.SIGHUP)
+            self.wait_for_log(applied, 30.0, after=seen)
+        fault.during = self.consumer["non_finite"] - before
+
     def fill_disk(self, fault: Fault) -> None:
         filler = self.mount / "filler"
         # Unbuffered: the write that meets ENOSPC raises, and close has nothing left.
@@ -202,10 +240,15 @@ class Soak:
             self.tick(supervise=False)
             time.sleep(0.2)
 
-    def wait_for_log(self, text: str, timeout: float) -> bool:
+    def log_count(self, text: str) -> int:
+        return (self.out / "daemon.log").read_text(errors="replace").count(text)
+
+    def wait_for_log(self, text: str, timeout: float, after: int = 0) -> bool:
+        """Whether the daemon's log holds ``text`` more than ``after`` times within
+        ``timeout`` s."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if text in (self.out / "daemon.log").read_text(errors="replace"):
+            if self.log_count(text) > after:
                 return True
             time.sleep(0.2)
         return False
@@ -234,3 +277,7 @@ class Soak:
             self.daemon.stop()
             self.stop.set()
             consumer.join(5)
+
+
+def _refuse(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON")

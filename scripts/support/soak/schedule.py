@@ -26,9 +26,10 @@ IN_FLIGHT_WORKERS = 1
 
 @dataclass
 class Fault:
-    """One fault at ``at`` seconds into the run, lasting ``hold`` seconds; for a slow
-    fsync, measured while it held: ``during``, the frames the daemon wrote, and
-    ``copied``, those persistence copied to the stalled disk."""
+    """One fault at ``at`` seconds into the run, lasting ``hold`` seconds; measured while
+    it held: for a slow fsync, ``during``, the frames the daemon wrote, and ``copied``,
+    those persistence copied to the stalled disk; for a core that overflows, ``during``,
+    the frames the consumer read that had non-finite pixels."""
 
     at: float
     kind: str
@@ -66,6 +67,7 @@ def schedule(seconds: float) -> list[Fault]:
         Fault(0.71 * seconds, "reload-model-locked"),
         Fault(0.75 * seconds, "reload-bad"),
         Fault(0.80 * seconds, "camera-error"),
+        Fault(0.815 * seconds, "core-overflow", hold(0.02, 6, 60)),
     ]
 
 
