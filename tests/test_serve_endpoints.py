@@ -239,6 +239,12 @@ def test_latest_ply_of_a_12_mp_frame_fits_serves_memory(tmp_path: Path) -> None:
     assert got["added_mib"] < 96
 
 
+def npz_bytes(**maps: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **maps)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
 def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
     """No field of view: 404 saying to set camera.hfov; no depth kept: 404 naming
     store.formats; without the scene the points take the preview's colours."""
@@ -267,9 +273,8 @@ def test_latest_ply_says_why_there_is_none(tmp_path: Path) -> None:
     assert code >= 400 and b"npz cannot be read" in body and body.count(b"\n") <= 1, body
     with np.load(io.BytesIO(whole)) as maps:
         depth, conf = maps["depth"], maps["conf"]
-    for odd in (depth.astype(np.float64), np.array(["1.0"] * depth.size).reshape(depth.shape)):
-        with open(npz, "wb") as fh:  # a map of doubles; of strings
-            np.savez(fh, depth=odd, conf=conf)
+    for odd in (depth.astype(np.float64), np.full(depth.shape, "1.0")):  # doubles; strings
+        npz.write_bytes(npz_bytes(depth=odd, conf=conf))
         code, _, body = answer(app_over(root), "/latest.ply")
         assert code >= 400 and b"not a float32 map" in body and body.count(b"\n") <= 1, body
     # An empty map is said in one line; a record's size that is no picture's (0, or

@@ -38,6 +38,7 @@ from .schedule import (
 # The faults the fake camera's script plays, as its steps.
 CAMERA_STEPS = {"camera-error": "error*3", "camera-hang": "hang:{hold:g}", "camera-crash": "crash"}
 NOBODY = 65534
+APPLIED = "reload: config"  # the daemon's log line when a reload's config is applied
 
 
 @dataclass
@@ -136,7 +137,7 @@ status_every = 2.0
         depth head's largest weight (its last 1x1 convolution, 2 x C floats) set to
         65504, fp16's largest, so exp() gives infinity at most pixels; the manifest's
         digest made to match. An int8 core's head has no float weight to change."""
-        from scripts.core_templates import spans
+        from scripts.support.tflite import spans
 
         done = self.out / "overflowing"
         if done.is_dir():
@@ -164,6 +165,28 @@ status_every = 2.0
         return done
 
     # -- the process --------------------------------------------------------------------
+    def logged(self, text: str, timeout: float, after: int = 0) -> bool:
+        """Whether the daemon's log holds ``text`` more than ``after`` times within
+        ``timeout`` s."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.log_count(text) > after:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def log_count(self, text: str) -> int:
+        return (self.out / "daemon.log").read_text(errors="replace").count(text)
+
+    def reload(self, faults: list[Fault], models: Path | None = None) -> bool:
+        """The config (with ``models`` as model.dir) written and SIGHUP sent; whether
+        the daemon said it applied a config within 30 s."""
+        assert self.proc is not None
+        seen = self.log_count(APPLIED)
+        self.write_config(faults, models=models)
+        self.proc.send_signal(signal.SIGHUP)
+        return self.logged(APPLIED, 30.0, after=seen)
+
     def start(self, faults: list[Fault]) -> None:
         starts = [r.started for r in self.runs if r.started > self.now() - START_LIMIT[1]]
         if len(starts) + 1 > START_LIMIT[0]:

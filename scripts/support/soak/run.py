@@ -184,7 +184,7 @@ class Soak:
         back (as an operator would, later)."""
         assert self.daemon.proc is not None
         self.daemon.proc.send_signal(signal.SIGHUP)
-        if not self.wait_for_log(refusal, 10.0):
+        if not self.daemon.logged(refusal, 10.0):
             self.event(f"{fault.kind}: no refusal logged within 10 s")
         self.daemon.write_config(self.faults)
 
@@ -206,23 +206,15 @@ class Soak:
             fault.copied = after["persist"]["copied"] - before["persist"]["copied"]
 
     def overflowing_core(self, fault: Fault) -> None:
-        """A reload to a core that overflows (infinite depth), held, then the good config back: the
-        frames read meanwhile that say so are counted."""
-        assert self.daemon.proc is not None
-        applied = "reload: config"
+        """A reload to a core that overflows (infinite depth), held, then the good
+        config back: the frames read meanwhile that say so are counted."""
         before = self.consumer["non_finite"]
-        seen = self.log_count(applied)
-        self.daemon.write_config(self.faults, models=self.daemon.overflowing_models())
-        self.daemon.proc.send_signal(signal.SIGHUP)
-        if not self.wait_for_log(applied, 30.0, after=seen):
+        if not self.daemon.reload(self.faults, models=self.daemon.overflowing_models()):
             self.event(f"{fault.kind}: no reload logged within 30 s")
         try:
             self.hold(fault)
         finally:
-            seen = self.log_count(applied)
-            self.daemon.write_config(self.faults)
-            self.daemon.proc.send_signal(signal.SIGHUP)
-            self.wait_for_log(applied, 30.0, after=seen)
+            self.daemon.reload(self.faults)
         fault.during = self.consumer["non_finite"] - before
 
     def fill_disk(self, fault: Fault) -> None:
@@ -239,19 +231,6 @@ class Soak:
         while self.now() < fault.end:
             self.tick(supervise=False)
             time.sleep(0.2)
-
-    def log_count(self, text: str) -> int:
-        return (self.out / "daemon.log").read_text(errors="replace").count(text)
-
-    def wait_for_log(self, text: str, timeout: float, after: int = 0) -> bool:
-        """Whether the daemon's log holds ``text`` more than ``after`` times within
-        ``timeout`` s."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.log_count(text) > after:
-                return True
-            time.sleep(0.2)
-        return False
 
     # -- the run ------------------------------------------------------------------------
     def tick(self, supervise: bool = True) -> None:
