@@ -21,6 +21,7 @@ Each message's time is the frame's capture (``t_capture``). The file's metadata 
 ``da3-edge`` says the version, the model and whether its weights were random
 (``random_init``: then nothing in it is a real model's depth). Frames are read from
 the store as any consumer reads them (``edge.store.read``), never the model.
+``edge.record_ros2`` writes the same frames as ROS 2's messages (``--ros2``).
 """
 
 from __future__ import annotations
@@ -77,13 +78,71 @@ def needs_sdk() -> Any:
     return foxglove
 
 
-class Logger:
+class Frames:
+    """What a recording takes of each frame (``add``), whatever it is encoded as: the
+    messages themselves are its subclass's (``image``, ``picture``, ``calibration``,
+    ``points``)."""
+
+    def __init__(self) -> None:
+        self.recorded = Recorded()
+
+    def add(self, root: Path, seq: int) -> bool:
+        """Frame ``seq`` of the store at ``root``; False when it is gone or unreadable."""
+        frame = read_frame(root, seq)
+        if frame is None:
+            self.recorded.skipped += 1
+            return False
+        at = frame.t_capture
+        for name, values in (("depth", frame.depth), ("confidence", frame.conf)):
+            self.image(name, np.ascontiguousarray(values, "<f4"), at)
+        if frame.picture is not None:
+            topic = "scene" if frame.picture_format == "jpeg" else "preview"
+            self.picture(topic, frame.picture, frame.picture_format, at)
+        self.recorded.random_init |= frame.random_init
+        if frame.fov.degrees is None:
+            self.recorded.why_no_cloud = frame.fov.source
+        else:
+            h, w = frame.depth.shape
+            k = geometry.Intrinsics.of(frame.fov.degrees, (h, w), frame.source_size)
+            self.calibration(k, (h, w), at)
+            colours = frame.colours()
+            self.points(
+                geometry.cloud_of(frame.depth, frame.conf, colours, frame.fov, frame.source_size),
+                at,
+            )
+            self.recorded.clouds += 1
+        self.recorded.frames += 1
+        return True
+
+    def image(self, name: str, values: np.ndarray, at: float) -> None:
+        """A float32 map (little-endian, C order) as a 32FC1 image on /da3/NAME."""
+        raise NotImplementedError
+
+    def picture(self, name: str, data: bytes, kind: str, at: float) -> None:
+        """A JPEG or PNG (``kind``) on /da3/NAME."""
+        raise NotImplementedError
+
+    def calibration(self, k: geometry.Intrinsics, shape: tuple[int, int], at: float) -> None:
+        """The pinhole ``k`` of a ``shape`` (h, w) map on /da3/calibration."""
+        raise NotImplementedError
+
+    def points(self, cloud: geometry.Cloud, at: float) -> None:
+        """The frame's points on /da3/points."""
+        raise NotImplementedError
+
+    def close(self) -> Recorded:
+        """A file's end written (a live logger has none)."""
+        return self.recorded
+
+
+class Logger(Frames):
     """Frames as Foxglove messages on ``context``'s channels (``add``): what a
     recording writes and what ``da3-edge foxglove`` sends live."""
 
     def __init__(self, context: Any) -> None:
         from foxglove import channels
 
+        super().__init__()
         self.context = context
         self._make = {
             "depth": channels.RawImageChannel,
@@ -94,7 +153,6 @@ class Logger:
             "points": channels.PointCloudChannel,
         }
         self._channels: dict[str, Any] = {}
-        self.recorded = Recorded()
 
     def advertise(self) -> None:
         """Every channel made now, before its first message (a live server shows
@@ -109,51 +167,34 @@ class Logger:
             self._channels[name] = make(f"/da3/{name}", metadata=RELATIVE, context=self.context)
         return self._channels[name]
 
-    def add(self, root: Path, seq: int) -> bool:
-        """Frame ``seq`` of the store at ``root``; False when it is gone or unreadable."""
-        frame = read_frame(root, seq)
-        if frame is None:
-            self.recorded.skipped += 1
-            return False
+    def image(self, name: str, values: np.ndarray, at: float) -> None:
         from foxglove import messages as m
 
-        stamp = m.Timestamp.from_epoch_secs(frame.t_capture)
-        log_time = int(frame.t_capture * 1e9)
-        h, w = frame.depth.shape
-        for name, values in (("depth", frame.depth), ("confidence", frame.conf)):
-            image = m.RawImage(
-                timestamp=stamp,
-                frame_id=FRAME_ID,
-                width=w,
-                height=h,
-                encoding="32FC1",
-                step=4 * w,
-                data=np.ascontiguousarray(values, "<f4").tobytes(),
-            )
-            self.channel(name).log(image, log_time=log_time)
-        if frame.picture is not None:
-            picture = m.CompressedImage(
-                timestamp=stamp, frame_id=FRAME_ID, data=frame.picture, format=frame.picture_format
-            )
-            topic = "scene" if frame.picture_format == "jpeg" else "preview"
-            self.channel(topic).log(picture, log_time=log_time)
-        self.recorded.random_init |= frame.random_init
-        if frame.fov.degrees is None:
-            self.recorded.why_no_cloud = frame.fov.source
-        else:
-            self._geometry(frame, stamp, log_time)
-        self.recorded.frames += 1
-        return True
+        h, w = values.shape
+        image = m.RawImage(
+            timestamp=m.Timestamp.from_epoch_secs(at),
+            frame_id=FRAME_ID,
+            width=w,
+            height=h,
+            encoding="32FC1",
+            step=4 * w,
+            data=values.tobytes(),
+        )
+        self.channel(name).log(image, log_time=int(at * 1e9))
 
-    def _geometry(self, frame: Frame, stamp: Any, log_time: int) -> None:
-        """The camera's calibration and the frame's points."""
+    def picture(self, name: str, data: bytes, kind: str, at: float) -> None:
         from foxglove import messages as m
 
-        assert frame.fov.degrees is not None
-        h, w = frame.depth.shape
-        k = geometry.Intrinsics.of(frame.fov.degrees, (h, w), frame.source_size)
+        stamp = m.Timestamp.from_epoch_secs(at)
+        picture = m.CompressedImage(timestamp=stamp, frame_id=FRAME_ID, data=data, format=kind)
+        self.channel(name).log(picture, log_time=int(at * 1e9))
+
+    def calibration(self, k: geometry.Intrinsics, shape: tuple[int, int], at: float) -> None:
+        from foxglove import messages as m
+
+        h, w = shape
         calibration = m.CameraCalibration(
-            timestamp=stamp,
+            timestamp=m.Timestamp.from_epoch_secs(at),
             frame_id=FRAME_ID,
             width=w,
             height=h,
@@ -163,11 +204,13 @@ class Logger:
             R=[1, 0, 0, 0, 1, 0, 0, 0, 1],
             P=[k.fx, 0, k.cx, 0, 0, k.fy, k.cy, 0, 0, 0, 1, 0],
         )
-        self.channel("calibration").log(calibration, log_time=log_time)
-        colours = frame.colours()
-        cloud = geometry.cloud_of(frame.depth, frame.conf, colours, frame.fov, frame.source_size)
-        self.channel("points").log(point_cloud(cloud, stamp), log_time=log_time)
-        self.recorded.clouds += 1
+        self.channel("calibration").log(calibration, log_time=int(at * 1e9))
+
+    def points(self, cloud: geometry.Cloud, at: float) -> None:
+        from foxglove import messages as m
+
+        stamp = m.Timestamp.from_epoch_secs(at)
+        self.channel("points").log(point_cloud(cloud, stamp), log_time=int(at * 1e9))
 
 
 class Recorder(Logger):
@@ -316,19 +359,18 @@ def frames_to_record(
 
 def record(
     root: Path,
-    out: Path,
+    recorder: Frames,
     *,
     count: int = 0,
     seconds: float = 0.0,
     existing: bool = False,
-    compression: str = "zstd",
     progress: Callable[[Recorded], None] = lambda _: None,
 ) -> Recorded:
-    """Record the store at ``root`` into ``out``: the frames in it now (``existing``),
-    then the new ones as they come, until ``count`` frames (0: no bound), ``seconds``
-    (0: no bound) or SIGINT/SIGTERM; the file is finished whichever ends it (a second
-    signal while it is being finished does not cut it short)."""
-    recorder = Recorder(out, compression)
+    """Record the store at ``root`` with ``recorder`` (a ``Recorder``, or
+    ``edge.record_ros2.Ros2Recorder``): the frames in it now (``existing``), then the
+    new ones as they come, until ``count`` frames (0: no bound), ``seconds`` (0: no
+    bound) or SIGINT/SIGTERM; the file is finished whichever ends it (a second signal
+    while it is being finished does not cut it short)."""
     stop = threading.Event()
     handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     timer = threading.Timer(seconds, stop.set) if seconds else None

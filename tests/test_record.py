@@ -83,6 +83,77 @@ def test_a_stored_frame_reads_back_as_foxglove_messages(tmp_path: Path) -> None:
     assert np.all(z > 0) and set(points["rgba"][:, 3]) == {255}
 
 
+def ros2_back(path: Path, types: Any) -> tuple[str, dict[str, list[Any]], dict[str, Any]]:
+    """The file's profile, its messages by topic as (schema, decoded with ``types``, a
+    rosbags type store), and its metadata records."""
+    messages: dict[str, list[Any]] = {}
+    with path.open("rb") as fh:
+        reader = make_reader(fh)
+        for schema, channel, message in reader.iter_messages():
+            assert schema is not None
+            assert (schema.encoding, channel.message_encoding) == ("ros2msg", "cdr")
+            decoded = types.deserialize_cdr(message.data, schema.name)
+            messages.setdefault(channel.topic, []).append((schema.name, decoded))
+        metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+        return reader.get_header().profile, messages, metadata
+
+
+def test_ros2_messages_decode_with_ros2s_own_types(tmp_path: Path) -> None:
+    """`record --ros2`: the same frames as ROS 2's sensor_msgs in CDR on a "ros2"
+    profile, decoded by rosbags with its own copy of ROS 2's types (not the definitions
+    the file carries): depth and confidence 32FC1 equal to the npz, the JPEG, the
+    camera's K, and a PointCloud2 of x, y, z and PCL's packed rgb; the file says the
+    depth is relative and the weights random."""
+    from rosbags.typesys import Stores, get_typestore
+
+    types = get_typestore(Stores.ROS2_HUMBLE)
+    store = board_store(tmp_path / "store", SEEN, ("npz", "rgb", "json"), frames=2)
+    out = tmp_path / "rec.mcap"
+    args = ["record", str(out), "--ros2", "--store", str(store.root), "--existing"]
+    proc = run_cli([*args, "--frames", "2"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(
+        "rec.mcap: 2 frames, 2 point clouds, RANDOM-INIT (not a real model)"
+    )
+    profile, messages, metadata = ros2_back(out, types)
+    assert profile == "ros2"
+    assert {t: m[0][0] for t, m in messages.items()} == {
+        "/da3/depth": "sensor_msgs/msg/Image",
+        "/da3/confidence": "sensor_msgs/msg/Image",
+        "/da3/scene": "sensor_msgs/msg/CompressedImage",
+        "/da3/calibration": "sensor_msgs/msg/CameraInfo",
+        "/da3/points": "sensor_msgs/msg/PointCloud2",
+    }
+    assert metadata["da3-edge"]["depth_scale"] == "relative"
+    assert metadata["da3-edge"]["random_init"] == "true"
+    for n, frame_dir in enumerate(sorted(frame_dirs(store.root))):
+        with np.load(frame_dir / "frame.npz") as npz:
+            depth, conf = npz["depth"], npz["conf"]
+        image = messages["/da3/depth"][n][1]
+        assert (image.width, image.height, image.encoding, image.step) == (160, 120, "32FC1", 640)
+        assert image.header.frame_id == "da3_camera"
+        np.testing.assert_array_equal(np.frombuffer(image.data, "<f4").reshape(120, 160), depth)
+        sure = messages["/da3/confidence"][n][1]
+        np.testing.assert_array_equal(np.frombuffer(sure.data, "<f4").reshape(120, 160), conf)
+        scene = messages["/da3/scene"][n][1]
+        assert scene.format == "jpeg"
+        assert bytes(scene.data) == (frame_dir / "frame.rgb.jpg").read_bytes()
+    k = geometry.Intrinsics.of(66.0, (120, 160), (240, 320))
+    info = messages["/da3/calibration"][0][1]
+    assert (info.width, info.height) == (160, 120)
+    assert list(info.k) == [k.fx, 0, k.cx, 0, k.fy, k.cy, 0, 0, 1]
+    cloud = messages["/da3/points"][0][1]
+    assert [(f.name, f.offset, f.datatype) for f in cloud.fields] == [
+        ("x", 0, 7),
+        ("y", 4, 7),
+        ("z", 8, 7),
+        ("rgb", 12, 7),
+    ]
+    assert cloud.point_step == 16 and cloud.width == 120 * 160 and cloud.height == 1
+    points = np.frombuffer(cloud.data, [("xyz", "<f4", 3), ("rgb", "<u4")])
+    assert np.all(points["xyz"][:, 2] > 0) and np.all(points["rgb"] >> 24 == 0)
+
+
 def test_the_daemons_frames_as_they_come_and_a_stop_finishes_the_file(
     fake_models: Path, tmp_path: Path
 ) -> None:
@@ -138,7 +209,7 @@ def test_frames_published_while_the_stored_ones_are_recorded_are_not_lost(
     """``--existing`` on a store the daemon keeps writing: the 20 frames published while
     the 3 stored ones are recorded (more than a late look back would find) come next, in
     order, each once."""
-    from edge.record import record
+    from edge.record import Recorder, record
     from scripts.support.store import write_board
 
     store = board_store(tmp_path / "store", SEEN, ("npz", "json"), frames=3)
@@ -149,7 +220,8 @@ def test_frames_published_while_the_stored_ones_are_recorded_are_not_lost(
             for n in range(3, 23):
                 write_board(store, SEEN, n)
 
-    done = record(store.root, out, count=23, seconds=30, existing=True, progress=meanwhile)
+    recorder = Recorder(out)
+    done = record(store.root, recorder, count=23, seconds=30, existing=True, progress=meanwhile)
     assert (done.frames, done.skipped) == (23, 0)
     _, messages, _ = read_back(out)
     stamps = [m.timestamp.seconds + m.timestamp.nanos / 1e9 for m in messages["/da3/depth"]]

@@ -22,9 +22,9 @@ def parser() -> argparse.ArgumentParser:
             "Record the store's frames into an MCAP file on Foxglove's schemas: relative "
             "depth and confidence (RawImage 32FC1, not metres), the scene or the preview "
             "(CompressedImage), the camera's calibration and the point cloud where the "
-            "field of view is known. New frames as the daemon writes them, until --frames, "
-            "--duration or Ctrl-C; the file is finished whichever ends it. Needs "
-            "foxglove-sdk (pip install 'da3-edge[robots]')."
+            "field of view is known; with --ros2, ROS 2's own messages instead. New frames as "
+            "the daemon writes them, until --frames, --duration or Ctrl-C; the file is "
+            "finished whichever ends it. Needs pip install 'da3-edge[robots]'."
         ),
     )
     p.add_argument("out", metavar="OUT.mcap", help="the recording to write (must not exist)")
@@ -42,6 +42,12 @@ def parser() -> argparse.ArgumentParser:
         default="zstd",
         help="the MCAP chunks' compression (default: zstd)",
     )
+    p.add_argument(
+        "--ros2",
+        action="store_true",
+        help="ROS 2's messages (sensor_msgs Image 32FC1, CompressedImage, CameraInfo, "
+        "PointCloud2; CDR) for ros2 bag play, not Foxglove's; the depth is still relative",
+    )
     return p
 
 
@@ -55,10 +61,11 @@ def main(args: Sequence[str] | None = None) -> int:
     if out.exists():
         raise OutputError(f"{out} exists: recordings are never overwritten")
     config = config_mod.load(ns.config, parts=("store",))
-    from edge.record import Recorded, needs_sdk, record
+    from edge.record import Recorded, Recorder, needs_sdk, record
+    from edge.record_ros2 import Ros2Recorder, needs_writer
     from edge.store.trust import store_to_read
 
-    needs_sdk()
+    needs_writer() if ns.ros2 else needs_sdk()
     root = store_to_read(ns.store, config.store.dir)
     bounds = [f"{ns.frames} frames"] * bool(ns.frames) + [f"{ns.duration:g} s"] * bool(ns.duration)
     bound = " or ".join(bounds) or "until Ctrl-C"
@@ -67,14 +74,9 @@ def main(args: Sequence[str] | None = None) -> int:
     def say(done: Recorded) -> None:
         print(f"\r{done.frames} frames", end="", file=sys.stderr, flush=True)
 
+    recorder = (Ros2Recorder if ns.ros2 else Recorder)(out, ns.compression)
     done = record(
-        root,
-        out,
-        count=ns.frames,
-        seconds=ns.duration,
-        existing=ns.existing,
-        compression=ns.compression,
-        progress=say,
+        root, recorder, count=ns.frames, seconds=ns.duration, existing=ns.existing, progress=say
     )
     flag = ", RANDOM-INIT (not a real model)" if done.random_init else ""
     if done.clouds:
