@@ -328,3 +328,40 @@ def test_a_redirect_never_leaves_https_for_plain_http() -> None:
     for to in ("http://b/m.tar.gz", "ftp://b/m.tar.gz", "file:///etc/shadow"):
         with pytest.raises(urllib.error.HTTPError, match="redirect"):
             follow("https://a/m.tar.gz", to)
+
+
+def test_a_servers_words_reach_the_terminal_without_escapes(tmp_path: Path) -> None:
+    """`models pull`: a server's reason phrase and a redirect's Location carrying
+    terminal escapes (a colour, a window title, a clear screen) reach the one-line error
+    with every control character as '?'."""
+    import http.server
+    import threading
+
+    class Hostile(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.path == "/reason":
+                self.send_response(404, "Not \x1b[31mFound\x1b]0;owned\x07")
+            else:
+                self.send_response(302)
+                self.send_header("Location", "ftp://x/\x1b[2Jm.tar.gz")
+            self.end_headers()
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        lines = {}
+        for path in ("/reason", "/moved"):
+            code, _, stderr = pull(base + path, "0" * 64, tmp_path / "models")
+            assert code == 1 and stderr.count("\n") == 1, stderr
+            lines[path] = stderr
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    print(lines)
+    assert not any(c in line for line in lines.values() for c in "\x1b\x07")
+    assert "404 Not ?[31mFound?]0;owned?" in lines["/reason"]
+    assert "refused a redirect from http:// to ftp://x/" in lines["/moved"]  # quoted: %1B
