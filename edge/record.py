@@ -65,6 +65,17 @@ class Recorded:
     random_init: bool = False
     why_no_cloud: str = ""
 
+    def metadata(self, **extra: str) -> dict[str, str]:
+        """The file's ``da3-edge`` metadata record: version, weights, frames, scale."""
+        return {
+            "version": version(),
+            "random_init": "true" if self.random_init else "false",
+            "frames": str(self.frames),
+            **extra,
+            **RELATIVE,
+            **({"no_point_cloud": self.why_no_cloud} if self.why_no_cloud else {}),
+        }
+
 
 def needs_sdk() -> Any:
     """Foxglove's SDK, or EdgeError saying how to get it."""
@@ -231,19 +242,9 @@ class Recorder(Logger):
 
     def close(self) -> Recorded:
         """Finish the file: its metadata, summary and footer."""
-        r = self.recorded
-        self.writer.write_metadata(
-            "da3-edge",
-            {
-                "version": version(),
-                "random_init": "true" if r.random_init else "false",
-                "frames": str(r.frames),
-                **RELATIVE,
-                **({"no_point_cloud": r.why_no_cloud} if r.why_no_cloud else {}),
-            },
-        )
+        self.writer.write_metadata("da3-edge", self.recorded.metadata())
         self.writer.close()
-        return r
+        return self.recorded
 
 
 def point_cloud(cloud: geometry.Cloud, stamp: Any) -> Any:

@@ -23,8 +23,7 @@ import numpy as np
 
 from edge import geometry
 from edge.errors import EdgeError, OutputError
-from edge.record import FRAME_ID, RELATIVE, Frames, Recorded
-from edge.version import version
+from edge.record import FRAME_ID, Frames, Recorded
 
 # ROS 2's message definitions, as rosbag2 stores them: the type, then each type it
 # uses after a line of "=" and "MSG: package/Type".
@@ -158,18 +157,8 @@ class Ros2Recorder(Frames):
 
     def close(self) -> Recorded:
         """Finish the file: its metadata, summary and footer."""
-        r = self.recorded
-        self.writer.add_metadata(
-            "da3-edge",
-            {
-                "version": version(),
-                "random_init": "true" if r.random_init else "false",
-                "frames": str(r.frames),
-                "encoding": "ros2 (sensor_msgs, CDR)",
-                **RELATIVE,
-                **({"no_point_cloud": r.why_no_cloud} if r.why_no_cloud else {}),
-            },
-        )
+        encoding = "ros2 (sensor_msgs, CDR)"
+        self.writer.add_metadata("da3-edge", self.recorded.metadata(encoding=encoding))
         self.writer.finish()
         self.file.close()
-        return r
+        return self.recorded
