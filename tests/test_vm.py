@@ -96,8 +96,8 @@ UP_WAIT_S = 600  # boot 2: the unit active (READY=1 once the model is loaded)
 PROBE_WAIT_S = 300  # boot 1: the host's requests through the forwarded port
 DAEMON_FRAMES, DAEMON_WAIT_S = 1, 1500  # boot 2: the picamera2 daemon's frames
 # Boot 2's updates: each unit's bound on coming up after a switch (the model loaded,
-# emulated), and the time the three installs take under TCG.
-READY_S, UPDATE_S = 600, 2400
+# emulated), and the time the four installs take under TCG.
+READY_S, UPDATE_S = 600, 3000
 
 # What Raspberry Pi Imager writes for a trixie card (a hostname, one user with an SSH
 # key and no password, SSH key-only, a time zone, its `rpi:` settings and its own
@@ -373,6 +373,15 @@ BROKEN_DAEMON = (
         '            raise SystemExit(3)\n            log.info("running: store',
     ),
 )
+# The held build: its daemon waits where it would say READY (the installer waits for it).
+HELD_DAEMON = (
+    BROKEN_DAEMON[0],
+    (
+        BROKEN_DAEMON[1][0],
+        'log.info("holding before READY (made so by tests/test_vm.py)")\n'
+        '            __import__("time").sleep(86400)\n            log.info("running: store',
+    ),
+)
 
 
 def bumped(by: int) -> str:
@@ -382,12 +391,13 @@ def bumped(by: int) -> str:
 
 
 def update_wheels(first: Path, work: Path) -> dict[str, Path]:
-    """Boot 2's wheels: the card's (FIRST), the next version (NEXT) and the one after it
-    whose daemon cannot start (BROKEN)."""
+    """Boot 2's wheels: the card's (FIRST), the next version (NEXT), the one after it
+    whose daemon cannot start (BROKEN) and one whose daemon never says READY (HANGING)."""
     return {
         "FIRST": first,
         "NEXT": wheels.variant(work / "next", bumped(1)),
         "BROKEN": wheels.variant(work / "broken", bumped(2), dict([BROKEN_DAEMON])),
+        "HANGING": wheels.variant(work / "hanging", bumped(3), dict([HELD_DAEMON])),
     }
 
 
@@ -691,7 +701,10 @@ def update_state(result: vm.Result, name: str) -> dict[str, str]:
     state = dict(line.split(" -> ", 1) for line in lines if " -> " in line)
     state["venvs"] = next((ln for ln in lines if ln.startswith("venvs: ")), "")
     state["version"] = next((ln for ln in lines if ln.startswith("da3-edge ")), "")
-    state["active"] = " ".join(ln for ln in lines if ln in ("active", "inactive", "failed"))
+    state["active"] = " ".join(
+        ln for ln in lines if ln in ("active", "inactive", "failed", "activating")
+    )
+    state["record"] = next((ln for ln in lines if ln.startswith("record: ")), "")
     return state
 
 
@@ -746,6 +759,39 @@ def test_update_keeps_config_and_models_and_rolls_back_a_daemon_that_cannot_star
         assert rc(second, f"update-{name}") == 1 and len(out.strip().splitlines()) == 1, out
         assert why in out, out
         assert update_state(second, name) == after
+
+
+def test_an_update_killed_in_its_ready_wait_is_rolled_back_at_the_next_boot(
+    boots: list[vm.Result],
+) -> None:
+    """Boot 2, after the updates above: a build whose daemon never says READY, brought
+    with models, its installer SIGKILLed while it waits (a power cut then: the switch
+    made, the record still "switching"). Then the boot's transaction under systemd: the
+    finishing unit runs first and rolls it back, and the units come up on the version
+    before it, with its models and config; nothing of the update is left."""
+    second = boots[1]
+    before = update_state(second, "start")
+    cut = update_state(second, "killed-cut")
+    print(text(second, "update-killed-cut.state"), text(second, "update-killed.txt")[-2000:])
+    assert cut["record"] == "record: switching", cut
+    assert cut["venv"] != before["venv"] and cut["version"] == f"da3-edge {bumped(3)}", cut
+    assert "==> done" not in text(second, "update-killed.txt")
+    finish = text(second, "update-killed-finish.txt")
+    print(finish, text(second, "update-killed.order"))
+    assert rc(second, "update-killed-boot") == 0, finish
+    assert "==> an update cut short (switching)" in finish, finish
+    assert "the models before this run are back in /opt/da3-edge/models" in finish, finish
+    order = {}  # "UNIT.Property": value, as systemd showed them after the boot's transaction
+    for line in text(second, "update-killed.order").splitlines():
+        unit, _, prop = line.partition(" ")
+        key, _, value = prop.partition("=")
+        order[f"{unit}.{key}"] = value
+    assert order["da3-edge-finish-update.Result"] == "success", order
+    finished = int(order["da3-edge-finish-update.ExecMainExitTimestampMonotonic"])
+    assert 0 < finished <= int(order["da3-edge.ExecMainStartTimestampMonotonic"]), order
+    after = update_state(second, "killed")
+    assert after == before, (after, before)
+    assert text(second, "update-kept-killed.txt") == text(second, "update-kept-after.txt")
 
 
 def test_picamera2_source_without_a_camera(boots: list[vm.Result]) -> None:
