@@ -879,6 +879,22 @@ for name in names:
     if isinstance(name, str) and name and "/" not in name and "\n" not in name and name not in (".", ".."):
         print(name)' "$1/manifest.json"
 }
+stage_models() {  # stage_models SRC STAGE: the manifest and the files it lists, each a
+    # plain file (root copies them, then makes them readable to all): never a link,
+    # nothing else from the folder; what else is there is named.
+    local f name unlisted=()
+    [ ! -L "$1/manifest.json" ] || die "$1/manifest.json: a link: refused"
+    while IFS= read -r name; do
+        f=$1/$name
+        [ -e "$f" ] || [ -L "$f" ] || continue
+        { [ -f "$f" ] && [ ! -L "$f" ]; } || die "$f: not a plain file: refused"
+        cp -- "$f" "$2/"
+    done < <(listed_files "$1")
+    for f in "$1"/*.tflite "$1"/*.pte; do
+        { [ -e "$f" ] || [ -L "$f" ]; } && [ ! -e "$2/${f##*/}" ] && unlisted+=("${f##*/}")
+    done
+    [ ${#unlisted[@]} -eq 0 ] || note "not in its manifest, not copied: ${unlisted[*]}"
+}
 same_models() {  # same model files, same bytes?
     local a=$1 b=$2 f
     [ -d "$b" ] || return 1
@@ -922,20 +938,7 @@ if [ -n "$NEW_MODELS" ]; then
         note "unchanged: same files as $NEW_MODELS"
     else
         stage=$(mktemp -d "$OPT/.models-new.XXXXXX")
-        # The manifest and the files it lists, each a plain file (root copies them, then
-        # makes them readable to all): never a link, nothing else from the folder.
-        [ ! -L "$NEW_MODELS/manifest.json" ] || die "$NEW_MODELS/manifest.json: a link: refused"
-        while IFS= read -r name; do
-            f=$NEW_MODELS/$name
-            [ -e "$f" ] || [ -L "$f" ] || continue
-            { [ -f "$f" ] && [ ! -L "$f" ]; } || die "$f: not a plain file: refused"
-            cp -- "$f" "$stage/"
-        done < <(listed_files "$NEW_MODELS")
-        unlisted=()
-        for f in "$NEW_MODELS"/*.tflite "$NEW_MODELS"/*.pte; do
-            { [ -e "$f" ] || [ -L "$f" ]; } && [ ! -e "$stage/${f##*/}" ] && unlisted+=("${f##*/}")
-        done
-        [ ${#unlisted[@]} -eq 0 ] || note "not in its manifest, not copied: ${unlisted[*]}"
+        stage_models "$NEW_MODELS" "$stage"
         chmod 0755 "$stage"
         chmod 0644 "$stage"/*
         # Checked (sizes, SHA-256, each core model loads) before it replaces anything, as

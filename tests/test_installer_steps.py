@@ -1,5 +1,6 @@
-"""The installer's steps that run as the service user, taken out of scripts/install-pi.sh
-and run as it runs them: from root's terminal (a pty here), as an unprivileged user."""
+"""Steps of scripts/install-pi.sh taken out of it word for word and run as it runs them:
+those that run as the service user, from root's terminal (a pty here); the copy of an
+owner's model folder (``--models DIR``) that root makes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import pty
 import re
 import select
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -36,11 +38,11 @@ with open(sys.argv[1], "w") as out:
 """
 
 
-def as_service_function() -> str:
-    """install-pi.sh's ``as_service``, word for word."""
+def function(name: str) -> str:
+    """install-pi.sh's shell function ``name``, word for word."""
     text = (ROOT / "scripts/install-pi.sh").read_text()
-    found = re.search(r"^as_service\(\) \{\n.*?^\}\n", text, re.M | re.S)
-    assert found, "install-pi.sh has no as_service()"
+    found = re.search(rf"^{name}\(\) \{{.*?^\}}\n", text, re.M | re.S)
+    assert found, f"install-pi.sh has no {name}()"
     return found[0]
 
 
@@ -85,7 +87,7 @@ def test_the_service_users_steps_never_reach_roots_terminal() -> None:
         probe.write_text(PROBE)
         Path(where).chmod(0o755)
         runs = {
-            "as_service": f"USER_NAME={NOBODY} STATE={state}\n{as_service_function()}"
+            "as_service": f"USER_NAME={NOBODY} STATE={state}\n{function('as_service')}"
             f"as_service {PYTHON} {probe} {state}/as_service.json",
             "plain runuser": f"runuser -u {NOBODY} -- env HOME={state} "
             f"{PYTHON} {probe} '{state}/plain runuser.json'",
@@ -109,3 +111,50 @@ def test_the_service_users_steps_never_reach_roots_terminal() -> None:
     control = results["plain runuser"]
     assert control["stdin_is_a_terminal"] and not control["own_session"], control
     assert control["tiocsti"] == ("pushed" if allowed else "Input/output error"), control
+
+
+def stage(models: Path, into: Path) -> subprocess.CompletedProcess[str]:
+    """install-pi.sh's ``stage_models models into``, with its die and note."""
+    script = (
+        'die() { echo "install-pi.sh: error: $*" >&2; exit 1; }\nnote() { echo "    $*"; }\n'
+        + function("listed_files")
+        + function("stage_models")
+        + 'stage_models "$1" "$2"\n'
+    )
+    args = ["bash", "-c", script, "stage", str(models), str(into)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def test_an_owners_model_folder_gives_only_the_plain_files_its_manifest_lists(
+    tmp_path: Path,
+) -> None:
+    """`--models DIR`, which root copies and then makes readable to all: the manifest's
+    files are copied; one that is not listed is named, not copied; a listed name that
+    is a link (to a file only root may read), or a manifest that is a link, stops the
+    run in one line with that file not copied."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root's\n")
+    secret.chmod(0o600)
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "manifest.json").write_text(json.dumps({"artifacts": [{"file": "a.tflite"}]}))
+    (models / "a.tflite").write_bytes(b"core")
+    (models / "stray.tflite").write_bytes(b"stray")
+    (tmp_path / "one").mkdir()
+    done = stage(models, tmp_path / "one")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "    not in its manifest, not copied: stray.tflite\n"
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["a.tflite", "manifest.json"]
+    listed = {"artifacts": [{"file": "a.tflite"}, {"file": "b.tflite"}]}
+    (models / "manifest.json").write_text(json.dumps(listed))
+    (models / "b.tflite").symlink_to(secret)
+    (tmp_path / "two").mkdir()
+    done = stage(models, tmp_path / "two")
+    assert done.returncode == 1
+    assert done.stderr == f"install-pi.sh: error: {models}/b.tflite: not a plain file: refused\n"
+    assert not (tmp_path / "two" / "b.tflite").exists()
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "manifest.json").symlink_to(models / "manifest.json")
+    done = stage(linked, tmp_path / "three")
+    assert done.returncode == 1 and done.stderr.endswith("manifest.json: a link: refused\n")
