@@ -376,19 +376,25 @@ def record(
     handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     timer = threading.Timer(seconds, stop.set) if seconds else None
     if timer is not None:
-        timer.start()
-    follower = Follower(root)
+        timer.daemon = True  # never keeps the process alive after an error
+    follower: Follower | None = None
     try:
+        follower = Follower(root)  # inotify may be out of watches: the file still ends
+        if timer is not None:
+            timer.start()
         for seq in frames_to_record(root, follower, stop, existing):
             recorder.add(root, seq)
             progress(recorder.recorded)
             if count and recorder.recorded.frames >= count:
                 break
     finally:
-        follower.close()
-        if timer is not None:
-            timer.cancel()
-        done = recorder.close()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        try:
+            if follower is not None:
+                follower.close()
+            if timer is not None:
+                timer.cancel()
+            done = recorder.close()
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     return done

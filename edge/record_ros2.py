@@ -159,6 +159,8 @@ class Ros2Recorder(Frames):
         """Finish the file: its metadata, summary and footer."""
         encoding = "ros2 (sensor_msgs, CDR)"
         self.writer.add_metadata("da3-edge", self.recorded.metadata(encoding=encoding))
-        self.writer.finish()
-        self.file.close()
+        try:
+            self.writer.finish()
+        finally:
+            self.file.close()
         return self.recorded

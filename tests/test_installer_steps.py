@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import tempfile
 import time
@@ -51,7 +52,10 @@ def on_a_terminal(script: str, timeout: float = 60) -> int:
     installer is run from one); its exit status."""
     pid, master = pty.fork()
     if pid == 0:  # the child: a session leader, the pty its terminal
-        os.execv("/bin/bash", ["bash", "-c", script])
+        try:
+            os.execv("/bin/bash", ["bash", "-c", script])
+        finally:
+            os._exit(127)  # never back into pytest
     end = time.monotonic() + timeout
     try:
         while time.monotonic() < end:
@@ -65,6 +69,8 @@ def on_a_terminal(script: str, timeout: float = 60) -> int:
             if done:
                 return os.waitstatus_to_exitcode(status)
         else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
             raise AssertionError(f"not done within {timeout:g} s: {script}")
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from mcap.reader import make_reader
 from mcap_protobuf.decoder import DecoderFactory
 
@@ -226,3 +227,28 @@ def test_frames_published_while_the_stored_ones_are_recorded_are_not_lost(
     _, messages, _ = read_back(out)
     stamps = [m.timestamp.seconds + m.timestamp.nanos / 1e9 for m in messages["/da3/depth"]]
     assert len(stamps) == 23 and stamps == sorted(stamps)
+
+
+def test_a_store_that_cannot_be_watched_still_ends_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inotify out of watches when the recording starts: the error goes up, yet the file
+    is finished (readable, its metadata written), Ctrl-C is the shell's again, and no
+    --duration timer is left to hold the process."""
+    import signal
+    import threading
+
+    from edge import record as rec
+
+    def out_of_watches(root: Path) -> None:
+        raise OSError(28, "inotify watch limit reached")
+
+    monkeypatch.setattr(rec, "Follower", out_of_watches)
+    store = board_store(tmp_path / "store", SEEN, ("npz", "json"), frames=1)
+    before = signal.getsignal(signal.SIGINT)
+    out = tmp_path / "rec.mcap"
+    with pytest.raises(OSError, match="watch limit"):
+        rec.record(store.root, rec.Recorder(out), seconds=600)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert not [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+    assert read_back(out)[2]["da3-edge"]["frames"] == "0"

@@ -223,6 +223,10 @@ def test_update_refuses_a_wheel_for_another_python(
             ["http://127.0.0.1:9/w/?x=a.whl", "--sha256", "0" * 64],
             "http://127.0.0.1:9/w/?x=a.whl: the URL must end in the wheel's file name (*.whl)",
         ),
+        (
+            ["http://127.0.0.1:9/w/a%00.whl", "--sha256", "0" * 64],
+            "http://127.0.0.1:9/w/a%00.whl: the URL must end in the wheel's file name (*.whl)",
+        ),
     ],
     ids=[
         "url without hash",
@@ -232,6 +236,7 @@ def test_update_refuses_a_wheel_for_another_python(
         "no file",
         "url ending in ..",
         "url naming no file",
+        "url with a nul",
     ],
 )
 @pytest.mark.root

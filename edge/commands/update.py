@@ -84,7 +84,7 @@ def _fetch(ns: argparse.Namespace, into: Path) -> Path:
         if want is None:
             raise DeployError("a wheel's URL needs --sha256 HEX")
         name = unquote(urlsplit(ns.wheel).path.rsplit("/", 1)[-1])
-        if not name.endswith(".whl") or "/" in name or "\\" in name:
+        if not name.endswith(".whl") or not name.isprintable() or "/" in name or "\\" in name:
             raise DeployError(f"{ns.wheel}: the URL must end in the wheel's file name (*.whl)")
         dest = into / name
         meter = packs.Meter("wheel: download", lambda s: print(s, file=sys.stderr, flush=True))

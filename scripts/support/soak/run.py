@@ -183,8 +183,9 @@ class Soak:
         """SIGHUP with the bad config in place, the refusal awaited, the good config
         back (as an operator would, later)."""
         assert self.daemon.proc is not None
+        seen = self.daemon.log_count(refusal)  # an earlier fault may have logged it too
         self.daemon.proc.send_signal(signal.SIGHUP)
-        if not self.daemon.logged(refusal, 10.0):
+        if not self.daemon.logged(refusal, 10.0, after=seen):
             self.event(f"{fault.kind}: no refusal logged within 10 s")
         self.daemon.write_config(self.faults)
 
