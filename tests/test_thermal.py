@@ -121,7 +121,9 @@ def test_under_a_simulated_pi_5_the_daemon_holds_the_target(
     cores are what this machine gives the daemon at full pace (measured first, with the
     camera faster than the core): like a Pi 5's, it would settle 40 °C over the room
     at full duty, 15 °C over the target. Once there, the temperature holds within 2 °C
-    of the target, without swinging from side to side."""
+    of the target, without swinging from side to side, for 30 s. How long it takes to
+    get there depends on the CPU the daemon is given (a loaded machine: longer), so
+    that is a deadline, not a window."""
     sensor = tmp_path / "temp"
     sensor.write_text("30000\n")
     daemon, store = heated_daemon(tmp_path, fake_models, 55.0, "fake:fps:60", "--burn")
@@ -136,20 +138,23 @@ def test_under_a_simulated_pi_5_the_daemon_holds_the_target(
         sim.start()
         try:
             samples: list[float] = []
-            end = time.monotonic() + 80
-            while time.monotonic() < end:
+            reached: int | None = None
+            end = time.monotonic() + 300  # a deadline to reach the target
+            while time.monotonic() < end and (reached is None or len(samples) < reached + 80):
                 time.sleep(0.5)
                 samples.append(soc.temperature_c)
+                if reached is None and samples[-1] >= 55.0:
+                    reached = len(samples) - 1  # then 40 s more: settled, then 30 s held
             last = status_of(store)["thermal"]
         finally:
             stop.set()
             sim.join(5)
         assert d.stop() == 0
-    reached = next(i for i, t in enumerate(samples) if t >= 55.0)
+    assert reached is not None, f"55 °C not reached in 300 s (at most {max(samples):.1f})"
     held = samples[-60:]  # the last 30 s
     print(
         f"full pace {full:.2f} CPU s/s; 55 °C at {reached / 2:.1f} s, at most "
         f"{max(samples):.1f} °C, the last 30 s {min(held):.1f}-{max(held):.1f}: {last}"
     )
-    assert reached < len(samples) - 60  # it got there before the last 30 s
+    assert len(samples) == reached + 80, "stopped before 40 s past the target"
     assert all(abs(t - 55.0) <= 2.0 for t in held) and max(held) - min(held) < 2.0
